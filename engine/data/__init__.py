@@ -1,0 +1,1 @@
+"""CoNLL-U input and output (the first stage of the data flow)."""

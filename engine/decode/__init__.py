@@ -1,0 +1,1 @@
+"""Decoders: maximum spanning arborescence, Eisner Viterbi, MBR."""

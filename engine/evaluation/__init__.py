@@ -1,0 +1,1 @@
+"""Evaluation: attachment scores, speed and calibration."""

@@ -1,0 +1,1 @@
+"""Inference over dependency trees: exact first-order kernels (Matrix-Tree, Eisner) and oracles."""

@@ -1,0 +1,1 @@
+"""Saving and loading models: plain arrays plus a JSON manifest, never pickle."""

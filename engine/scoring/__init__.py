@@ -1,0 +1,1 @@
+"""Arc potentials: weights dotted with hashed features."""

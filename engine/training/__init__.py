@@ -1,0 +1,1 @@
+"""Trainers: conditional log-likelihood with AdaGrad."""

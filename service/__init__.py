@@ -1,0 +1,1 @@
+"""HTTP service (FastAPI). Built in the service issue; this package is a placeholder until then."""
