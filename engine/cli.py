@@ -1,0 +1,183 @@
+"""Command-line interface: ``python -m engine {train,evaluate,parse}``.
+
+Every command reads CoNLL-U through ``engine.data.conllu_io`` and reports problems as one line on
+stderr with exit status 2 (bad input) instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.data.conllu_io import ConlluError, format_sentence, read_conllu, write_conllu
+from engine.model.store import ModelError
+
+log = logging.getLogger("engine")
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a first-order model by conditional log-likelihood")
+    p.add_argument("--train", required=True, help="training treebank (CoNLL-U)")
+    p.add_argument("--dev", help="development treebank for choosing the best epoch (CoNLL-U)")
+    p.add_argument("--out", required=True, help="model directory to write")
+    p.add_argument("--tree", choices=["nonprojective", "projective"], default="nonprojective")
+    p.add_argument("--root", choices=["single", "multi"], default="single")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--learning-rate", type=float, default=0.05)
+    p.add_argument("--l2", type=float, default=10.0, help="L2 regularisation strength")
+    p.add_argument("--dim", type=int, default=1 << 22, help="number of hashed feature buckets")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-average", action="store_true", help="keep the last iterate instead of the average")
+    p.add_argument("--max-sentences", type=int, help="use only the first N training sentences")
+    p.add_argument("--name", help="model name recorded in the manifest (default: the directory name)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _add_model_io(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="model directory")
+    p.add_argument("--batch-size", type=int, default=64)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m engine", description=__doc__.splitlines()[0])
+    ap.add_argument("-v", "--verbose", action="store_true")
+    sub = ap.add_subparsers(dest="command", required=True)
+    _add_train(sub)
+    p = sub.add_parser("evaluate", help="parse a treebank and score it against its gold trees")
+    _add_model_io(p)
+    p.add_argument("--data", required=True, help="gold treebank (CoNLL-U)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--reliability", action="store_true", help="include the reliability (calibration) table")
+    p = sub.add_parser("parse", help="parse CoNLL-U (HEAD/DEPREL are ignored) and write CoNLL-U")
+    _add_model_io(p)
+    p.add_argument("--input", help="input CoNLL-U file (default: stdin)")
+    p.add_argument("--output", help="output CoNLL-U file (default: stdout)")
+    return ap
+
+
+def _load_parser(path: str) -> Any:
+    from engine.parser import FirstOrderParser
+
+    return FirstOrderParser.load(path)
+
+
+def _check_parsable(sentences: list[Any], source: str) -> None:
+    for s in sentences:
+        if s.n == 0:
+            raise ConlluError(source, s.start_line, "sentence has no words")
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from engine.decode.labeler import CountLabeler
+    from engine.evaluation.metrics import attachment_scores
+    from engine.features.extract import FeatureExtractor
+    from engine.features.templates import default_first_order
+    from engine.inference.exact import TreeConstraint
+    from engine.model.store import file_sha256
+    from engine.parser import FirstOrderParser
+    from engine.training.cll import TrainConfig, train_cll
+
+    config = TrainConfig(args.epochs, args.batch_size, args.learning_rate, args.l2, args.seed, not args.no_average)
+    constraint = TreeConstraint(args.tree, args.root)
+    train = read_conllu(args.train)
+    if args.max_sentences:
+        train = train[: args.max_sentences]
+    dev = read_conllu(args.dev) if args.dev else None
+    _check_parsable(train, args.train)
+    extractor = FeatureExtractor(tuple(default_first_order()), args.dim)
+    labeler = CountLabeler.fit(train)
+    parser = FirstOrderParser(extractor, np.zeros(args.dim), constraint, labeler, {})
+
+    def dev_uas(weights: np.ndarray) -> float:
+        parser.weights = weights
+        parsed = parser.parse(dev)
+        return attachment_scores(dev, [p.heads for p in parsed], [p.deprels for p in parsed],
+                                 [p.head_probs for p in parsed])["uas"]
+
+    result = train_cll(extractor, constraint, train, config, dev_uas if dev else None, not args.quiet)
+    parser.weights = result.weights
+    dev_scores = None
+    if dev:
+        parsed = parser.parse(dev)
+        dev_scores = attachment_scores(dev, [p.heads for p in parsed], [p.deprels for p in parsed],
+                                       [p.head_probs for p in parsed])
+    name = args.name or Path(args.out).name
+    parser.save(args.out, {
+        "name": name,
+        "training": {
+            "objective": "cll", **result.config, "train_file": Path(args.train).name,
+            "train_sha256": file_sha256(args.train), "train_sentences": len(train),
+            "dev_file": Path(args.dev).name if args.dev else None,
+            "dev_sha256": file_sha256(args.dev) if args.dev else None,
+            "skipped_trees": result.skipped, "best_epoch": result.best_epoch, "history": result.history,
+            "seconds": round(result.seconds, 1), "interrupted": result.interrupted,
+        },
+        "metrics": {"dev": dev_scores},
+    })
+    summary = {"model": args.out, "best_epoch": result.best_epoch, "seconds": round(result.seconds, 1),
+               "skipped_trees": result.skipped, "interrupted": result.interrupted, "dev": dev_scores}
+    print(json.dumps(summary, indent=2))
+    return 130 if result.interrupted else 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from engine.evaluation.metrics import attachment_scores
+
+    start = time.perf_counter()
+    parser = _load_parser(args.model)
+    gold = read_conllu(args.data)
+    _check_parsable(gold, args.data)
+    parsed = parser.parse(gold, args.batch_size)
+    seconds = time.perf_counter() - start
+    scores = attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
+                               [p.head_probs for p in parsed], reliability=args.reliability)
+    scores["seconds"] = round(seconds, 3)
+    scores["tokens_per_second"] = round(scores["tokens"] / seconds, 1) if seconds > 0 else None
+    if args.json:
+        print(json.dumps(scores))
+    else:
+        for key, value in scores.items():
+            if key != "reliability":
+                print(f"{key:>18}: {value:.4f}" if isinstance(value, float) else f"{key:>18}: {value}")
+        for row in scores.get("reliability", []):
+            print(f"  [{row['bin'][0]:.3f}, {row['bin'][1]:.3f})  n={row['count']:>6}  "
+                  f"conf={row['confidence'] if row['confidence'] is None else round(row['confidence'], 3)}  "
+                  f"acc={row['accuracy'] if row['accuracy'] is None else round(row['accuracy'], 3)}")
+    return 0
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    parser = _load_parser(args.model)
+    source = args.input or "<stdin>"
+    sentences = read_conllu(args.input if args.input else sys.stdin, name=source, strict_heads=False)
+    _check_parsable(sentences, source)
+    parsed = parser.parse(sentences, args.batch_size)
+    blocks = [
+        format_sentence(s, heads=p.heads, deprels=p.deprels,
+                        misc={"HeadProb": [f"{x:.4f}" for x in p.head_probs]})
+        for s, p in zip(sentences, parsed, strict=True)
+    ]
+    write_conllu(blocks, args.output if args.output else sys.stdout)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    command = {"train": cmd_train, "evaluate": cmd_evaluate, "parse": cmd_parse}[args.command]
+    try:
+        return command(args)
+    except (ConlluError, ModelError, FileNotFoundError, IsADirectoryError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0

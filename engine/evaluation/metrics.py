@@ -1,0 +1,70 @@
+"""Attachment scores, speed and calibration of the served confidences.
+
+- UAS / LAS over all words, punctuation included (CoNLL 2018 UD shared task evaluation);
+- UAS without punctuation (gold UPOS = PUNCT excluded);
+- expected calibration error (Naeini et al. 2015; Guo et al. 2017) of the chosen heads' marginal
+  probabilities against head correctness: 15 equal-width bins over [0, 1],
+  ``ECE = sum_b (|b| / N) |accuracy(b) - confidence(b)|``, with an optional reliability table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+ECE_BINS = 15
+
+
+def calibration(
+    confidence: np.ndarray, correct: np.ndarray, bins: int = ECE_BINS
+) -> tuple[float, list[dict[str, Any]]]:
+    """``(ece, reliability table)`` for confidences in [0, 1] and boolean correctness."""
+    confidence = np.asarray(confidence, dtype=np.float64)
+    correct = np.asarray(correct, dtype=np.float64)
+    if len(confidence) == 0:
+        return 0.0, []
+    which = np.minimum((confidence * bins).astype(int), bins - 1)
+    ece = 0.0
+    table = []
+    for b in range(bins):
+        sel = which == b
+        count = int(sel.sum())
+        row = {"bin": [b / bins, (b + 1) / bins], "count": count, "confidence": None, "accuracy": None}
+        if count:
+            conf, acc = float(confidence[sel].mean()), float(correct[sel].mean())
+            ece += count / len(confidence) * abs(acc - conf)
+            row.update(confidence=conf, accuracy=acc)
+        table.append(row)
+    return ece, table
+
+
+def attachment_scores(
+    gold: Sequence[Any], pred_heads: Sequence[np.ndarray], pred_labels: Sequence[Sequence[str]],
+    head_probs: Sequence[np.ndarray], *, reliability: bool = False,
+) -> dict[str, Any]:
+    """Scores in percent (0-100) and ``ece`` in [0, 1]; ``gold`` sentences need heads, deprels, upos."""
+    heads_ok, labels_ok, punct, probs = [], [], [], []
+    for g, h, lab, p in zip(gold, pred_heads, pred_labels, head_probs, strict=True):
+        if g.heads is None:
+            raise ValueError("evaluation data must have gold HEAD values")
+        ok = np.asarray(h[1:]) == g.heads[1:]
+        heads_ok.append(ok)
+        gold_rel = [r.split(":")[0] for r in g.deprels]
+        labels_ok.append(ok & (np.array([r.split(":")[0] for r in lab]) == np.array(gold_rel)))
+        punct.append(np.array([u == "PUNCT" for u in g.upos]))
+        probs.append(np.asarray(p))
+    hk = np.concatenate(heads_ok) if heads_ok else np.zeros(0, bool)
+    lk = np.concatenate(labels_ok) if labels_ok else np.zeros(0, bool)
+    pu = np.concatenate(punct) if punct else np.zeros(0, bool)
+    pr = np.concatenate(probs) if probs else np.zeros(0)
+    ece, table = calibration(pr, hk)
+    pct = lambda x: float(100.0 * x.mean()) if len(x) else 0.0  # noqa: E731
+    out: dict[str, Any] = {
+        "uas": pct(hk), "las": pct(lk), "uas_no_punct": pct(hk[~pu]), "ece": ece,
+        "sentences": len(gold), "tokens": int(len(hk)),
+    }
+    if reliability:
+        out["reliability"] = table
+    return out

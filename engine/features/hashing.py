@@ -1,0 +1,40 @@
+"""Stable 64-bit hashing of strings and vectorised hash combination.
+
+Feature indices must be identical across processes and machines (a saved model is a weight vector
+indexed by them), so Python's salted ``hash`` is not used: strings go through CRC-32 (zlib, C speed)
+and are then combined with a multiply-xorshift mixer in wrapping uint64 arithmetic.
+"""
+
+from __future__ import annotations
+
+import zlib
+from functools import lru_cache
+
+import numpy as np
+
+_MUL = np.uint64(0x9E3779B97F4A7C15)
+_MUL2 = np.uint64(0xBF58476D1CE4E5B9)
+_S1 = np.uint64(31)
+_S2 = np.uint64(27)
+
+
+@lru_cache(maxsize=1 << 20)
+def hash_string(text: str) -> int:
+    """A stable 64-bit code for a string (CRC-32 of its UTF-8 bytes and of its reverse)."""
+    data = text.encode("utf-8")
+    return (zlib.crc32(data) << 32) | zlib.crc32(data[::-1], 0x5BD1E995)
+
+
+def hash_strings(texts: list[str]) -> np.ndarray:
+    """``hash_string`` over a list -> uint64 array."""
+    return np.fromiter((hash_string(t) for t in texts), dtype=np.uint64, count=len(texts))
+
+
+def mix(x: np.ndarray, y: np.ndarray | np.uint64) -> np.ndarray:
+    """Combine two uint64 codes (broadcasting) into one; order-sensitive, well spread."""
+    with np.errstate(over="ignore"):
+        z = (x ^ y) * _MUL
+        z ^= z >> _S1
+        z *= _MUL2
+        z ^= z >> _S2
+    return z

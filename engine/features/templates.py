@@ -1,0 +1,107 @@
+"""Declared first-order feature templates (McDonald, Crammer & Pereira 2005, Table 1).
+
+A template names token attributes of the head (``h.*``) and of the dependent (``d.*``) and a
+context: ``none`` (the conjunction alone), ``dir`` (arc direction) or ``dist`` (direction and
+binned distance). McDonald et al. add every feature both alone and conjoined with direction and
+distance; ``expand`` does that. Attributes:
+
+- ``form``, ``lower``, ``upos``, ``xpos``, ``pre5`` (first 5 characters, lowercased), ``suf3``;
+- ``upos_prev`` / ``upos_next`` (tag of the word before / after; BOS and EOS at the edges) and the same
+  for ``xpos``.
+
+``between`` templates are the "in-between POS" features: one feature per UPOS tag that occurs
+strictly between head and dependent, conjoined with the head and dependent UPOS and the direction.
+
+Later issues add second-order templates through the same declared-list mechanism.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TOKEN_ATTRIBUTES = ("form", "lower", "upos", "xpos", "pre5", "suf3", "upos_prev", "upos_next", "xpos_prev", "xpos_next")
+CONTEXTS = ("none", "dir", "dist")
+
+
+@dataclass(frozen=True)
+class ArcTemplate:
+    """One conjunction of head attributes, dependent attributes and a context."""
+
+    head: tuple[str, ...]
+    dep: tuple[str, ...]
+    context: str = "none"
+    between: bool = False
+
+    def __post_init__(self) -> None:
+        for attr in self.head + self.dep:
+            if attr not in TOKEN_ATTRIBUTES:
+                raise ValueError(f"unknown token attribute {attr!r}; known: {', '.join(TOKEN_ATTRIBUTES)}")
+        if self.context not in CONTEXTS:
+            raise ValueError(f"unknown context {self.context!r}; known: {', '.join(CONTEXTS)}")
+
+    @property
+    def name(self) -> str:
+        parts = [f"h.{a}" for a in self.head] + [f"d.{a}" for a in self.dep]
+        if self.between:
+            parts.insert(len(self.head), "b.upos")
+        return "+".join(parts) + f"|{self.context}"
+
+    @classmethod
+    def parse(cls, name: str) -> ArcTemplate:
+        """Inverse of ``name``: ``"h.upos+b.upos+d.upos|dir"``."""
+        body, _, context = name.partition("|")
+        head, dep, between = [], [], False
+        for part in body.split("+"):
+            side, _, attr = part.partition(".")
+            if side == "b" and attr == "upos":
+                between = True
+            elif side == "h":
+                head.append(attr)
+            elif side == "d":
+                dep.append(attr)
+            else:
+                raise ValueError(f"bad feature template {name!r}: part {part!r}")
+        return cls(tuple(head), tuple(dep), context or "none", between)
+
+
+def _t(head: str, dep: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return tuple(a for a in head.split() if a), tuple(a for a in dep.split() if a)
+
+
+_MCDONALD_2005 = [
+    # unigram features of head and dependent
+    _t("form upos", ""), _t("form", ""), _t("upos", ""), _t("xpos", ""),
+    _t("", "form upos"), _t("", "form"), _t("", "upos"), _t("", "xpos"),
+    _t("pre5 upos", ""), _t("", "pre5 upos"), _t("suf3", ""), _t("", "suf3"),
+    # bigram features
+    _t("form upos", "form upos"), _t("upos", "form upos"), _t("form", "form upos"),
+    _t("form upos", "upos"), _t("form upos", "form"), _t("lower", "lower"), _t("upos", "upos"),
+    _t("xpos", "xpos"), _t("pre5", "pre5"), _t("pre5 upos", "upos"), _t("upos", "pre5 upos"),
+    _t("lower", "upos"), _t("upos", "lower"),
+    # surrounding-tag features
+    _t("upos upos_next", "upos_prev upos"), _t("upos_prev upos", "upos_prev upos"),
+    _t("upos upos_next", "upos upos_next"), _t("upos_prev upos", "upos upos_next"),
+    _t("xpos xpos_next", "xpos_prev xpos"), _t("xpos_prev xpos", "xpos xpos_next"),
+    # three-tag back-offs of the surrounding-tag features (as in MSTParser's implementation)
+    _t("upos", "upos_prev upos"), _t("upos", "upos upos_next"),
+    _t("upos_prev upos", "upos"), _t("upos upos_next", "upos"),
+    # lexical head or dependent with the other side's fine tag
+    _t("lower", "xpos"), _t("xpos", "lower"),
+]
+
+
+def expand(pairs: list[tuple[tuple[str, ...], tuple[str, ...]]]) -> list[ArcTemplate]:
+    """Each conjunction alone and conjoined with direction + binned distance (McDonald et al. 2005)."""
+    out = []
+    for head, dep in pairs:
+        out.append(ArcTemplate(head, dep, "none" if head and dep else "dir"))
+        out.append(ArcTemplate(head, dep, "dist"))
+    return out
+
+
+def default_first_order() -> list[ArcTemplate]:
+    """The first-order template list of the shipped models."""
+    return expand(_MCDONALD_2005) + [
+        ArcTemplate(("upos",), ("upos",), "dir", between=True),
+        ArcTemplate(("upos",), ("upos",), "dist", between=True),
+    ]

@@ -1,0 +1,116 @@
+"""Models on disk: plain ``.npy`` arrays plus a JSON manifest; written atomically; versioned.
+
+Layout of a model directory::
+
+    manifest.json   format name and version, settings, feature templates, training provenance, scores
+    weights.npy     float32 weight vector, loaded with ``allow_pickle=False``
+
+Loading never executes code: no pickle, the manifest is JSON, and arrays are checked against the
+shapes, dtypes and SHA-256 digests the manifest records. A model written by an incompatible format
+version is refused with a message saying which version this engine reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FORMAT_NAME = "bp-parser-model"
+FORMAT_VERSION = 1
+
+
+class ModelError(ValueError):
+    """A model directory that cannot be loaded, with the reason."""
+
+
+@dataclass
+class StoredModel:
+    manifest: dict[str, Any]
+    arrays: dict[str, np.ndarray]
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a file (training-data provenance)."""
+    return _sha256(Path(path))
+
+
+def save_model(directory: str | os.PathLike[str], manifest: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    """Write ``manifest.json`` and one ``NAME.npy`` per array into ``directory``, atomically.
+
+    Everything is written to a temporary sibling directory first and renamed into place, so a
+    crash leaves either the old model or the new one, never a mix.
+    """
+    target = Path(directory)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        entries = {}
+        for name, arr in arrays.items():
+            path = tmp / f"{name}.npy"
+            np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
+            entries[name] = {"file": path.name, "dtype": str(arr.dtype), "shape": list(arr.shape),
+                             "sha256": _sha256(path)}
+        full = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **manifest, "arrays": entries}
+        with open(tmp / "manifest.json", "w", encoding="utf-8") as f:
+            json.dump(full, f, indent=2, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        old = None
+        if target.exists():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.replace(target, old)
+        os.replace(tmp, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def load_model(directory: str | os.PathLike[str], *, verify: bool = True) -> StoredModel:
+    """Read a model directory written by ``save_model``; raise ``ModelError`` saying what is wrong."""
+    path = Path(directory)
+    manifest_path = path / "manifest.json"
+    if not manifest_path.is_file():
+        raise ModelError(f"{path}: not a model directory (no manifest.json)")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ModelError(f"{manifest_path}: invalid JSON ({e})") from e
+    if manifest.get("format") != FORMAT_NAME:
+        raise ModelError(f"{path}: not a {FORMAT_NAME} model (format={manifest.get('format')!r})")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ModelError(
+            f"{path}: model format version {version} is not supported; this engine reads version "
+            f"{FORMAT_VERSION}. Retrain the model with this engine version."
+        )
+    arrays = {}
+    for name, entry in manifest.get("arrays", {}).items():
+        file = path / entry["file"]
+        if file.name != entry["file"] or not file.is_file():
+            raise ModelError(f"{path}: array file {entry['file']!r} is missing")
+        if verify and _sha256(file) != entry["sha256"]:
+            raise ModelError(f"{file}: checksum mismatch (file corrupted or edited)")
+        arr = np.load(file, allow_pickle=False)
+        if list(arr.shape) != entry["shape"] or str(arr.dtype) != entry["dtype"]:
+            raise ModelError(f"{file}: expected {entry['dtype']}{entry['shape']}, found {arr.dtype}{list(arr.shape)}")
+        arrays[name] = arr
+    return StoredModel(manifest, arrays)

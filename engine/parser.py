@@ -1,0 +1,95 @@
+"""The first-order parser: features -> arc potentials -> exact marginals -> MBR tree -> labels.
+
+``FirstOrderParser`` ties the pipeline stages together and is what the CLI, the trainer and the
+service use. A parse result carries the arc marginals, so it answers "how sure" as well as "which".
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+import engine
+from engine.data.batching import length_batches
+from engine.decode.labeler import CountLabeler
+from engine.decode.mbr import mbr_decode
+from engine.features.extract import FeatureExtractor, Tokens
+from engine.features.templates import ArcTemplate
+from engine.inference.exact import TreeConstraint, exact_marginals
+from engine.model.store import ModelError, load_model, save_model
+from engine.scoring.potentials import arc_scores
+
+
+@dataclass
+class ParsedSentence:
+    """One sentence's parse: MBR heads (n+1,), the chosen heads' marginals (n,), marginals
+    (n+1, n+1) with ``marginals[h, m] = p(head of m = h)``, labels and their probabilities."""
+
+    heads: np.ndarray
+    head_probs: np.ndarray
+    marginals: np.ndarray
+    log_partition: float
+    deprels: list[str]
+    label_probs: np.ndarray
+
+
+@dataclass
+class FirstOrderParser:
+    extractor: FeatureExtractor
+    weights: np.ndarray
+    constraint: TreeConstraint
+    labeler: CountLabeler
+    manifest: dict[str, Any]
+
+    def batches(self, sentences: Sequence[Tokens], batch_size: int = 64) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(sentence indices, arc scores (B, n+1, n+1)) for equal-length batches."""
+        for idx in length_batches([len(s.forms) for s in sentences], batch_size):
+            feats = self.extractor.extract([sentences[i] for i in idx])
+            yield idx, arc_scores(self.weights, feats)
+
+    def parse(self, sentences: Sequence[Tokens], batch_size: int = 64) -> list[ParsedSentence]:
+        """Parse sentences (each needs ``forms``, ``upos``, ``xpos``; at least one word)."""
+        out: list[ParsedSentence | None] = [None] * len(sentences)
+        for idx, scores in self.batches(sentences, batch_size):
+            log_z, marg = exact_marginals(scores, self.constraint)
+            for j, i in enumerate(idx):
+                heads = mbr_decode(marg[j], self.constraint)
+                m = np.arange(1, len(heads))
+                labels, label_probs = self.labeler.predict(sentences[i].upos, heads)
+                out[i] = ParsedSentence(heads, marg[j][heads[1:], m], marg[j], float(log_z[j]), labels, label_probs)
+        return out  # type: ignore[return-value]
+
+    # -- persistence ---------------------------------------------------------------------------
+    def save(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> None:
+        manifest = {
+            **self.manifest,
+            **(extra or {}),
+            "engine_version": engine.__version__,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "order": 1,
+            "tree": {"tree": self.constraint.tree, "root": self.constraint.root},
+            "features": {"dim": self.extractor.dim, "templates": [t.name for t in self.extractor.templates]},
+            "labeler": self.labeler.to_json(),
+        }
+        save_model(directory, manifest, {"weights": self.weights.astype(np.float32)})
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> FirstOrderParser:
+        stored = load_model(directory)
+        man = stored.manifest
+        try:
+            templates = tuple(ArcTemplate.parse(t) for t in man["features"]["templates"])
+            extractor = FeatureExtractor(templates, int(man["features"]["dim"]))
+            constraint = TreeConstraint(**man["tree"])
+            labeler = CountLabeler.from_json(man["labeler"])
+            weights = stored.arrays["weights"].astype(np.float64)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ModelError(f"{directory}: manifest is incomplete or inconsistent ({e})") from e
+        if weights.shape != (extractor.dim,):
+            raise ModelError(f"{directory}: weights have shape {weights.shape}, features need ({extractor.dim},)")
+        return cls(extractor, weights, constraint, labeler, man)

@@ -1,0 +1,170 @@
+"""Conditional log-likelihood training with exact expectations (Smith & Smith 2007 §3, eq. 3-4).
+
+The objective over training trees ``(x_i, y_i)`` is
+
+    L(w) = sum_i [ log Z(x_i) - score(x_i, y_i) ] + (l2 / 2) ||w||^2
+
+with gradient ``sum_i (E_p[f(x_i, y)] - f(x_i, y_i)) + l2 w``: expected minus observed feature counts,
+the expectations being the exact arc marginals (Matrix-Tree or Eisner inside-outside) scattered onto
+the arcs' features. Optimised by AdaGrad (Duchi et al. 2011) over equal-length mini-batches for a
+number of epochs, with Polyak averaging of the iterates (the averaged weights are the model); the
+epoch with the best dev UAS is kept. Ctrl-C stops after the current batch
+and keeps the best model so far.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from engine.data.batching import length_batches
+from engine.decode.mst import is_tree
+from engine.features.extract import FeatureExtractor
+from engine.inference.brute_force import is_projective
+from engine.inference.exact import TreeConstraint, exact_marginals
+from engine.scoring.potentials import arc_scores, scatter_gradient
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Settings of CLL training (validated once)."""
+
+    epochs: int = 10
+    batch_size: int = 32
+    learning_rate: float = 0.05
+    l2: float = 10.0
+    seed: int = 0
+    average: bool = True
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.batch_size < 1:
+            raise ValueError("epochs and batch_size must be at least 1")
+        if self.learning_rate <= 0 or self.l2 < 0:
+            raise ValueError("learning_rate must be > 0 and l2 >= 0")
+
+
+@dataclass
+class TrainingBatch:
+    features: np.ndarray  # (B, n+1, n+1, K) int32
+    gold: np.ndarray  # (B, n+1) int64 gold heads
+
+
+@dataclass
+class TrainResult:
+    weights: np.ndarray
+    best_epoch: int
+    history: list[dict[str, float]] = field(default_factory=list)
+    interrupted: bool = False
+    skipped: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def cll_objective(
+    weights: np.ndarray, batch: TrainingBatch, constraint: TreeConstraint
+) -> tuple[float, np.ndarray]:
+    """Negative conditional log-likelihood of a batch and its gradient w.r.t. the weights."""
+    scores = arc_scores(weights, batch.features)
+    log_z, marg = exact_marginals(scores, constraint)
+    b, n1 = batch.gold.shape
+    rows = np.repeat(np.arange(b), n1 - 1)
+    heads = batch.gold[:, 1:].reshape(-1)
+    deps = np.tile(np.arange(1, n1), b)
+    gold_score = scores[rows, heads, deps].reshape(b, n1 - 1).sum(axis=1)
+    marg[rows, heads, deps] -= 1.0  # expected minus observed
+    return float((log_z - gold_score).sum()), scatter_gradient(batch.features, marg, len(weights))
+
+
+def usable_trees(sentences: Sequence[Any], constraint: TreeConstraint) -> tuple[list[int], dict[str, int]]:
+    """Indices of training trees the model can represent, and counts of those skipped by reason."""
+    keep, skipped = [], {"no_heads": 0, "nonprojective": 0, "root_count": 0, "not_a_tree": 0}
+    for i, s in enumerate(sentences):
+        if s.heads is None:
+            skipped["no_heads"] += 1
+        elif not is_tree(s.heads):
+            skipped["not_a_tree"] += 1
+        elif constraint.single_root and int((s.heads[1:] == 0).sum()) != 1:
+            skipped["root_count"] += 1
+        elif constraint.projective and not is_projective(s.heads):
+            skipped["nonprojective"] += 1
+        else:
+            keep.append(i)
+    return keep, skipped
+
+
+def prepare_batches(
+    extractor: FeatureExtractor, sentences: Sequence[Any], batch_size: int, progress: bool = True
+) -> list[TrainingBatch]:
+    """Extract features once for all training sentences, grouped in equal-length batches."""
+    groups = length_batches([len(s.forms) for s in sentences], batch_size)
+    out = []
+    for idx in tqdm(groups, desc="features", unit="batch", disable=not progress):
+        chosen = [sentences[i] for i in idx]
+        out.append(TrainingBatch(extractor.extract(chosen), np.stack([s.heads for s in chosen])))
+    return out
+
+
+def train_cll(
+    extractor: FeatureExtractor,
+    constraint: TreeConstraint,
+    train: Sequence[Any],
+    config: TrainConfig,
+    dev_score: Callable[[np.ndarray], float] | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Train weights by CLL + AdaGrad; ``dev_score(weights)`` picks the best epoch (higher is better)."""
+    start = time.perf_counter()
+    keep, skipped = usable_trees(train, constraint)
+    for reason, count in skipped.items():
+        if count:
+            log.warning("skipped %d of %d training trees (%s)", count, len(train), reason)
+    batches = prepare_batches(extractor, [train[i] for i in keep], config.batch_size, progress)
+    n_sent = len(keep)
+    rng = np.random.default_rng(config.seed)
+    w = np.zeros(extractor.dim)
+    g2 = np.zeros(extractor.dim)
+    w_sum = np.zeros(extractor.dim)  # running sum of the iterates, for Polyak averaging
+    steps = 0
+    best_w, best_score, best_epoch = w.copy(), -np.inf, 0
+    history: list[dict[str, float]] = []
+    interrupted = False
+    try:
+        for epoch in range(1, config.epochs + 1):
+            t0 = time.perf_counter()
+            total = 0.0
+            order = rng.permutation(len(batches))
+            bar = tqdm(order, desc=f"epoch {epoch}/{config.epochs}", unit="batch", disable=not progress)
+            for b in bar:
+                batch = batches[b]
+                nll, grad = cll_objective(w, batch, constraint)
+                total += nll
+                grad += config.l2 * (len(batch.gold) / n_sent) * w
+                g2 += grad * grad
+                w -= config.learning_rate * grad / (np.sqrt(g2) + 1e-8)
+                w_sum += w
+                steps += 1
+            current = w_sum / steps if config.average else w
+            entry = {"epoch": epoch, "nll": total / max(n_sent, 1), "seconds": time.perf_counter() - t0}
+            score = dev_score(current) if dev_score is not None else -entry["nll"]
+            entry["dev"] = score
+            history.append(entry)
+            log.info("epoch %d: nll/sentence %.4f, dev %.3f, %.1f s", epoch, entry["nll"], score, entry["seconds"])
+            if progress:
+                tqdm.write(f"epoch {epoch}: nll/sent {entry['nll']:.4f}  dev {score:.3f}  ({entry['seconds']:.1f} s)")
+            if score > best_score:
+                best_w, best_score, best_epoch = current.copy(), score, epoch
+    except KeyboardInterrupt:
+        interrupted = True
+        log.warning("interrupted: keeping the best model so far (epoch %d)", best_epoch)
+        if best_epoch == 0:
+            best_w = w_sum / steps if (config.average and steps) else w.copy()
+    return TrainResult(best_w, best_epoch, history, interrupted, skipped,
+                       time.perf_counter() - start, asdict(config))

@@ -1,0 +1,71 @@
+"""Hashed first-order features: shapes, null slots, stability and the declared templates."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from engine.features.extract import UPOS_TAGS, FeatureExtractor
+from engine.features.hashing import hash_string
+from engine.features.templates import ArcTemplate, default_first_order
+
+
+def _sent(text: str, tags: str) -> SimpleNamespace:
+    forms, upos = text.split(), tags.split()
+    return SimpleNamespace(forms=forms, upos=upos, xpos=upos)
+
+
+CAT = _sent("The cat sat on the mat .", "DET NOUN VERB ADP DET NOUN PUNCT")
+
+
+def test_features_shape_and_null_slots() -> None:
+    fx = FeatureExtractor(tuple(default_first_order()), 1 << 18)
+    feats = fx.extract([CAT])
+    assert feats.shape == (1, 8, 8, fx.slots)
+    assert feats.dtype == np.int32
+    assert (feats[0, :, 0] == 0).all()  # no arc into ROOT
+    assert (feats[0, np.arange(8), np.arange(8)] == 0).all()  # no self loop
+    assert (feats >= 0).all() and (feats < fx.dim).all()
+    assert (feats[0, 2, 1] > 0).sum() > 30  # a real arc fires many features
+
+
+def test_between_features_fire_once_per_tag_present() -> None:
+    tmpl = ArcTemplate(("upos",), ("upos",), "dir", between=True)
+    fx = FeatureExtractor((tmpl,), 1 << 20)
+    feats = fx.extract([CAT])[0]
+    # between "cat"(2) and "mat"(6): sat VERB, on ADP, the DET
+    assert (feats[2, 6] > 0).sum() == 3
+    assert (feats[3, 4] > 0).sum() == 0  # adjacent words: nothing between
+    present = FeatureExtractor._tags_between([CAT], 7)[0, 0, 7]
+    assert {UPOS_TAGS[i] for i in np.flatnonzero(present)} == {"DET", "NOUN", "VERB", "ADP"}
+
+
+def test_features_are_deterministic_and_batch_independent() -> None:
+    fx = FeatureExtractor(tuple(default_first_order()), 1 << 20)
+    other = _sent("A dog ran to a park !", "DET NOUN VERB ADP DET NOUN PUNCT")
+    alone = fx.extract([CAT])
+    together = fx.extract([other, CAT])
+    np.testing.assert_array_equal(alone[0], together[1])
+    assert hash_string("cat") == hash_string("cat") and hash_string("cat") != hash_string("Cat")
+
+
+def test_direction_matters() -> None:
+    fx = FeatureExtractor((ArcTemplate(("upos",), ("upos",), "dir"),), 1 << 20)
+    s = _sent("a a", "X X")
+    feats = fx.extract([s])[0]
+    assert feats[1, 2, 0] != feats[2, 1, 0]
+
+
+def test_template_names_round_trip() -> None:
+    for t in default_first_order():
+        assert ArcTemplate.parse(t.name) == t
+    with pytest.raises(ValueError, match="unknown token attribute"):
+        ArcTemplate(("colour",), ())
+
+
+def test_extract_requires_equal_lengths() -> None:
+    fx = FeatureExtractor(tuple(default_first_order()), 1 << 10)
+    with pytest.raises(ValueError, match="one length"):
+        fx.extract([CAT, _sent("a", "X")])

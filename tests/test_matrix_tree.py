@@ -1,0 +1,135 @@
+"""Matrix-Tree inference against brute-force enumeration, finite differences and extreme scores."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from engine.inference.brute_force import brute_force
+from engine.inference.matrix_tree import matrix_tree_log_partition, matrix_tree_marginals
+from engine.inference.tree_elimination import eliminate_log_partition, eliminate_marginals
+
+ROOT_MODES = [False, True]
+
+
+@pytest.mark.parametrize("single_root", ROOT_MODES)
+@pytest.mark.parametrize("n", range(1, 7))
+def test_matrix_tree_matches_brute_force(n: int, single_root: bool) -> None:
+    rng = np.random.default_rng(n + 10 * single_root)
+    for _ in range(3):
+        scores = rng.normal(scale=2.0, size=(n + 1, n + 1))
+        oracle = brute_force(scores, single_root=single_root, projective=False)
+        log_z, marg = matrix_tree_marginals(scores, single_root=single_root)
+        assert log_z == pytest.approx(oracle.log_partition, abs=1e-9)
+        np.testing.assert_allclose(marg, oracle.marginals, atol=1e-9)
+        assert matrix_tree_log_partition(scores, single_root=single_root) == pytest.approx(log_z, abs=1e-12)
+
+
+@pytest.mark.parametrize("single_root", ROOT_MODES)
+@pytest.mark.parametrize("n", range(1, 7))
+def test_elimination_matches_brute_force(n: int, single_root: bool) -> None:
+    rng = np.random.default_rng(100 + n + 10 * single_root)
+    scores = rng.normal(scale=3.0, size=(n + 1, n + 1))
+    oracle = brute_force(scores, single_root=single_root, projective=False)
+    log_z, marg = eliminate_marginals(scores, single_root=single_root)
+    assert log_z == pytest.approx(oracle.log_partition, abs=1e-9)
+    np.testing.assert_allclose(marg, oracle.marginals, atol=1e-9)
+    assert eliminate_log_partition(scores, single_root=single_root) == pytest.approx(log_z, abs=1e-12)
+
+
+@pytest.mark.parametrize("n", range(1, 7))
+def test_tree_counts_with_zero_potentials(n: int) -> None:
+    zeros = np.zeros((n + 1, n + 1))
+    multi = np.exp(matrix_tree_log_partition(zeros, single_root=False))
+    single = np.exp(matrix_tree_log_partition(zeros, single_root=True))
+    assert round(multi) == (n + 1) ** (n - 1)  # Cayley: rooted trees on n+1 labelled nodes
+    assert round(single) == n ** (n - 1)
+    assert round(np.exp(eliminate_log_partition(zeros, single_root=True))) == n ** (n - 1)
+
+
+@pytest.mark.parametrize("single_root", ROOT_MODES)
+def test_marginals_are_gradient_of_log_partition(single_root: bool) -> None:
+    rng = np.random.default_rng(7)
+    n = 5
+    scores = rng.normal(size=(n + 1, n + 1))
+    _, marg = matrix_tree_marginals(scores, single_root=single_root)
+    eps = 1e-6
+    for h in range(n + 1):
+        for m in range(1, n + 1):
+            if h == m:
+                continue
+            up, down = scores.copy(), scores.copy()
+            up[h, m] += eps
+            down[h, m] -= eps
+            fd = (matrix_tree_log_partition(up, single_root=single_root)
+                  - matrix_tree_log_partition(down, single_root=single_root)) / (2 * eps)
+            assert marg[h, m] == pytest.approx(fd, abs=1e-7)
+
+
+def test_batch_equals_single() -> None:
+    rng = np.random.default_rng(3)
+    scores = rng.normal(size=(4, 7, 7))
+    log_z, marg = matrix_tree_marginals(scores, single_root=True)
+    for b in range(4):
+        lz, m = matrix_tree_marginals(scores[b], single_root=True)
+        assert log_z[b] == pytest.approx(lz)
+        np.testing.assert_allclose(marg[b], m, atol=1e-12)
+
+
+@pytest.mark.parametrize("single_root", ROOT_MODES)
+def test_long_sentence_extreme_scores(single_root: bool) -> None:
+    """150 words, scores uniform in [-1e3, 1e3]: finite, normalised, and equal to the log-space
+    elimination (which never subtracts, so it is the accurate reference here)."""
+    rng = np.random.default_rng(11)
+    for _ in range(3):
+        scores = rng.uniform(-1e3, 1e3, size=(151, 151))
+        log_z, marg = matrix_tree_marginals(scores, single_root=single_root)
+        ref_z, ref_m = eliminate_marginals(scores, single_root=single_root)
+        assert np.isfinite(log_z) and np.isfinite(marg).all()
+        np.testing.assert_allclose(marg[:, 1:].sum(axis=0), 1.0, atol=1e-9)
+        assert log_z == pytest.approx(ref_z, rel=1e-12)
+        np.testing.assert_allclose(marg, ref_m, atol=1e-6)
+
+
+def test_single_root_below_multi_root_under_extreme_scores() -> None:
+    """Single-root trees are a subset of all trees, however extreme the scores."""
+    rng = np.random.default_rng(5)
+    for _ in range(5):
+        scores = rng.uniform(-1e3, 1e3, size=(151, 151))
+        assert matrix_tree_log_partition(scores, single_root=True) <= matrix_tree_log_partition(
+            scores, single_root=False) + 1e-9
+
+
+def test_forbidden_arcs() -> None:
+    scores = np.zeros((4, 4))
+    scores[0, 2:] = -np.inf  # only word 1 may attach to ROOT
+    _, marg = matrix_tree_marginals(scores, single_root=False)
+    assert marg[0, 1] == pytest.approx(1.0)
+    assert marg[0, 2] == 0.0 and marg[0, 3] == 0.0
+    with pytest.raises(ValueError, match="no allowed head"):
+        bad = np.zeros((3, 3))
+        bad[:, 2] = -np.inf
+        matrix_tree_marginals(bad, single_root=False)
+    with pytest.raises(ValueError, match="NaN"):
+        matrix_tree_marginals(np.full((3, 3), np.nan), single_root=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 12).flatmap(
+        lambda n: arrays(np.float64, (n + 1, n + 1), elements=st.floats(-30, 30, allow_nan=False))
+    ),
+    st.booleans(),
+)
+def test_marginals_are_distributions(scores: np.ndarray, single_root: bool) -> None:
+    before = scores.copy()
+    log_z, marg = matrix_tree_marginals(scores, single_root=single_root)
+    np.testing.assert_array_equal(scores, before)  # input not mutated
+    assert np.isfinite(log_z)
+    assert (marg >= 0).all() and (marg <= 1).all()
+    np.testing.assert_allclose(marg[:, 1:].sum(axis=0), 1.0, atol=1e-8)
+    if single_root:
+        assert marg[0, 1:].sum() == pytest.approx(1.0, abs=1e-8)
