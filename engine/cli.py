@@ -29,9 +29,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="model directory to write")
     p.add_argument("--tree", choices=["nonprojective", "projective"], default="nonprojective")
     p.add_argument("--root", choices=["single", "multi"], default="single")
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--learning-rate", type=float, default=0.05)
+    p.add_argument("--learning-rate", type=float, default=0.2)
     p.add_argument("--l2", type=float, default=10.0, help="L2 regularisation strength")
     p.add_argument("--dim", type=int, default=1 << 22, help="number of hashed feature buckets")
     p.add_argument("--seed", type=int, default=0)
@@ -60,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_io(p)
     p.add_argument("--input", help="input CoNLL-U file (default: stdin)")
     p.add_argument("--output", help="output CoNLL-U file (default: stdout)")
+    p = sub.add_parser("score", help="score a parsed CoNLL-U file against the gold file")
+    p.add_argument("--gold", required=True)
+    p.add_argument("--pred", required=True)
+    p.add_argument("--json", action="store_true")
     return ap
 
 
@@ -169,11 +173,34 @@ def cmd_parse(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_score(args: argparse.Namespace) -> int:
+    """Attachment scores of a parsed file; confidences from MISC ``HeadProb`` (1.0 when absent)."""
+    from engine.evaluation.metrics import attachment_scores
+
+    gold, pred = read_conllu(args.gold), read_conllu(args.pred)
+    if len(gold) != len(pred) or any(g.forms != p.forms for g, p in zip(gold, pred, strict=False)):
+        raise ConlluError(args.pred, 1, f"does not have the same sentences and words as {args.gold}")
+    for p in pred:
+        if p.heads is None:
+            raise ConlluError(args.pred, p.start_line, "sentence has no predicted HEAD values")
+
+    def head_prob(misc: str) -> float:
+        for item in misc.split("|"):
+            if item.startswith("HeadProb="):
+                return float(item.split("=", 1)[1])
+        return 1.0
+
+    scores = attachment_scores(gold, [p.heads for p in pred], [p.deprels for p in pred],
+                               [np.array([head_prob(m) for m in p.misc]) for p in pred])
+    print(json.dumps(scores) if args.json else "\n".join(f"{k:>14}: {v}" for k, v in scores.items()))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    command = {"train": cmd_train, "evaluate": cmd_evaluate, "parse": cmd_parse}[args.command]
+    command = {"train": cmd_train, "evaluate": cmd_evaluate, "parse": cmd_parse, "score": cmd_score}[args.command]
     try:
         return command(args)
     except (ConlluError, ModelError, FileNotFoundError, IsADirectoryError) as e:

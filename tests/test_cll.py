@@ -74,3 +74,18 @@ def test_training_learns_a_toy_grammar() -> None:
     test = _sent("the cat sleeps", "DET NOUN VERB", [2, 3, 0])
     value, _ = cll_objective(result.weights, TrainingBatch(fx.extract([test]), test.heads[None]), TreeConstraint())
     assert value < np.log(9.0) / 2  # p(gold) well above uniform over the 9 single-root trees
+
+
+def test_ctrl_c_keeps_the_best_model_so_far() -> None:
+    fx = FeatureExtractor(TEMPLATES, 256)
+    calls = []
+
+    def dev_score(weights: np.ndarray) -> float:
+        calls.append(weights.copy())
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the user presses Ctrl-C during the second epoch's evaluation
+        return 1.0
+
+    result = train_cll(fx, TreeConstraint(), SENTS, TrainConfig(epochs=5), dev_score, progress=False)
+    assert result.interrupted and result.best_epoch == 1
+    np.testing.assert_array_equal(result.weights, calls[0])

@@ -87,6 +87,10 @@ _MCDONALD_2005 = [
     _t("upos_prev upos", "upos"), _t("upos upos_next", "upos"),
     # lexical head or dependent with the other side's fine tag
     _t("lower", "xpos"), _t("xpos", "lower"),
+    # suffixes with tags, and a word with the other side's tag context
+    _t("suf3 upos", "upos"), _t("upos", "suf3 upos"),
+    _t("lower", "upos_prev upos"), _t("lower", "upos upos_next"),
+    _t("upos_prev upos", "lower"), _t("upos upos_next", "lower"),
 ]
 
 
@@ -104,4 +108,5 @@ def default_first_order() -> list[ArcTemplate]:
     return expand(_MCDONALD_2005) + [
         ArcTemplate(("upos",), ("upos",), "dir", between=True),
         ArcTemplate(("upos",), ("upos",), "dist", between=True),
+        ArcTemplate(("xpos",), ("xpos",), "dir", between=True),
     ]

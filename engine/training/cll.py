@@ -7,9 +7,9 @@ The objective over training trees ``(x_i, y_i)`` is
 with gradient ``sum_i (E_p[f(x_i, y)] - f(x_i, y_i)) + l2 w``: expected minus observed feature counts,
 the expectations being the exact arc marginals (Matrix-Tree or Eisner inside-outside) scattered onto
 the arcs' features. Optimised by AdaGrad (Duchi et al. 2011) over equal-length mini-batches for a
-number of epochs, with Polyak averaging of the iterates (the averaged weights are the model); the
-epoch with the best dev UAS is kept. Ctrl-C stops after the current batch
-and keeps the best model so far.
+number of epochs, averaging the iterates of each epoch (tail averaging, as Polyak-Ruppert averaging
+without the poor early iterates); the epoch whose averaged weights have the best dev UAS is kept.
+Ctrl-C stops after the current batch and keeps the best model so far.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ log = logging.getLogger(__name__)
 class TrainConfig:
     """Settings of CLL training (validated once)."""
 
-    epochs: int = 10
+    epochs: int = 8
     batch_size: int = 32
-    learning_rate: float = 0.05
+    learning_rate: float = 0.2
     l2: float = 10.0
     seed: int = 0
     average: bool = True
@@ -140,6 +140,8 @@ def train_cll(
         for epoch in range(1, config.epochs + 1):
             t0 = time.perf_counter()
             total = 0.0
+            w_sum[:] = 0.0  # average the iterates of this epoch only: early iterates are poor
+            steps = 0
             order = rng.permutation(len(batches))
             bar = tqdm(order, desc=f"epoch {epoch}/{config.epochs}", unit="batch", disable=not progress)
             for b in bar:
