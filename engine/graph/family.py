@@ -1,0 +1,69 @@
+"""The factor-family interface shared by every factor of the BP parser.
+
+Messages are log-odds. A family with ``slots`` neighbour positions per factor exchanges, per slot,
+one array of messages; ``gather`` reads a per-arc array (shape (n+1, n+1)) into the family's slot
+arrays and ``scatter`` sums slot arrays back onto arcs. BP needs nothing else from a family:
+
+    incoming_k = gather(arc beliefs)_k - outgoing_k        (variable-to-factor, Smith & Eisner eq. 3)
+    outgoing'  = propagate(incoming)                       (factor-to-variable, eq. 4)
+    beliefs    = sum over families of scatter(outgoing)     (eq. 5, in log-odds)
+
+``log_potential`` scores a full assignment (a boolean arc matrix), for brute-force tests.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+Messages = tuple[np.ndarray, ...]
+
+
+class FactorFamily(ABC):
+    """A vectorised family of factors over link variables of one sentence of ``n`` words."""
+
+    name: str = "factor"
+
+    def __init__(self, n: int, valid: np.ndarray) -> None:
+        self.n = n
+        self.valid = valid  # (n+1, n+1) bool: arcs that exist as variables
+
+    @abstractmethod
+    def gather(self, arc: np.ndarray) -> Messages:
+        """Per-slot views of a per-arc array."""
+
+    @abstractmethod
+    def scatter(self, messages: Messages) -> np.ndarray:
+        """Sum of the family's messages onto each arc, (n+1, n+1)."""
+
+    @abstractmethod
+    def propagate(self, incoming: Messages) -> Messages:
+        """Outgoing log-odds messages from incoming ones (pure function)."""
+
+    @abstractmethod
+    def log_potential(self, y: np.ndarray) -> float:
+        """Log of the product of the family's factors on a boolean arc assignment (-inf if violated)."""
+
+    def initial(self) -> Messages:
+        """Messages before the first update (uninformative: log-odds 0)."""
+        return tuple(np.zeros_like(g) for g in self.gather(np.zeros((self.n + 1, self.n + 1))))
+
+
+class ArcFamily(FactorFamily):
+    """A family with one message per arc (LINK, TREE, PTREE, EXACTLY1, ATMOST1, CHILDSEQ)."""
+
+    def gather(self, arc: np.ndarray) -> Messages:
+        return (arc,)
+
+    def scatter(self, messages: Messages) -> np.ndarray:
+        return np.where(self.valid, messages[0], 0.0)
+
+
+def exclusive_logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
+    """``out[i] = log sum_{j != i} exp(x[j])`` along ``axis``, without subtraction (prefix/suffix sums)."""
+    x = np.moveaxis(x, axis, 0)
+    neg = np.full((1, *x.shape[1:]), -np.inf)
+    prefix = np.concatenate([neg, np.logaddexp.accumulate(x, axis=0)[:-1]])
+    suffix = np.concatenate([np.logaddexp.accumulate(x[::-1], axis=0)[::-1][1:], neg])
+    return np.moveaxis(np.logaddexp(prefix, suffix), 0, axis)

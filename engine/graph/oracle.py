@@ -1,0 +1,65 @@
+"""Brute-force oracles for factor graphs over link variables (tests only; tiny n).
+
+``assignment_marginals`` enumerates every assignment of the valid link variables (2^V of them);
+``tree_marginals`` enumerates only the dependency trees (for graphs containing a TREE factor).
+``arc_family_messages`` computes, by enumeration, the exact messages an arc-shaped family sends.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+from scipy.special import logsumexp
+
+from engine.graph.family import FactorFamily
+from engine.inference.brute_force import enumerate_trees
+
+MAX_VARIABLES = 16
+
+
+def all_assignments(valid: np.ndarray) -> np.ndarray:
+    """Every boolean arc matrix over the valid arcs: (2^V, n+1, n+1)."""
+    arcs = np.argwhere(valid)
+    if len(arcs) > MAX_VARIABLES:
+        raise ValueError(f"{len(arcs)} variables is too many to enumerate (max {MAX_VARIABLES})")
+    bits = np.array(list(itertools.product([False, True], repeat=len(arcs))), dtype=bool)
+    ys = np.zeros((len(bits), *valid.shape), dtype=bool)
+    ys[:, arcs[:, 0], arcs[:, 1]] = bits
+    return ys
+
+
+def _marginals(ys: np.ndarray, log_w: np.ndarray) -> np.ndarray:
+    p = np.exp(log_w - logsumexp(log_w))
+    return np.tensordot(p, ys.astype(float), axes=1)
+
+
+def assignment_marginals(families: Sequence[FactorFamily], valid: np.ndarray) -> np.ndarray:
+    """Exact ``p(L[h, m] = true)`` of the factor graph by enumerating all assignments."""
+    ys = all_assignments(valid)
+    log_w = np.array([sum(f.log_potential(y) for f in families) for y in ys])
+    return _marginals(ys, log_w)
+
+
+def tree_marginals(families: Sequence[FactorFamily], n: int, *, single_root: bool, projective: bool) -> np.ndarray:
+    """Exact marginals when the graph includes a TREE/PTREE factor: enumerate trees only."""
+    trees = enumerate_trees(n, single_root=single_root, projective=projective)
+    ys = np.zeros((len(trees), n + 1, n + 1), dtype=bool)
+    for t, heads in enumerate(trees):
+        ys[t, heads[1:], np.arange(1, n + 1)] = True
+    log_w = np.array([sum(f.log_potential(y) for f in families) for y in ys])
+    return _marginals(ys, log_w)
+
+
+def arc_family_messages(family: FactorFamily, incoming: np.ndarray) -> np.ndarray:
+    """Exact outgoing log-odds of an arc-shaped family whose factors have disjoint neighbourhoods."""
+    valid = family.valid
+    ys = all_assignments(valid)
+    r = np.where(valid, incoming, 0.0)
+    log_w = np.array([family.log_potential(y) for y in ys]) + (ys * r).sum(axis=(1, 2))
+    out = np.zeros(valid.shape)
+    for h, m in np.argwhere(valid):
+        on = ys[:, h, m]
+        out[h, m] = logsumexp(log_w[on]) - logsumexp(log_w[~on]) - r[h, m]
+    return out

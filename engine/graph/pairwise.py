@@ -1,0 +1,113 @@
+"""Pairwise factors over two link variables (Smith & Eisner 2008 §3.2-3.3, Table 1).
+
+A pairwise factor on ``(L_a, L_b)`` has potential ``exp(theta)`` when both are true and 1 otherwise;
+``theta = -inf`` makes it the hard "not both" constraint. The families:
+
+- GRAND(h, m, c): ``L[h, m]`` and ``L[m, c]`` (grandparent h, parent m, child c);
+- SIB(h, m, s), m < s: ``L[h, m]`` and ``L[h, s]`` (two children of h, either side);
+- NOT2(h, h', m), h < h': ``L[h, m]`` and ``L[h', m]`` (hard);
+- NO2CYCLE(h, m), 0 < h < m: ``L[h, m]`` and ``L[m, h]`` (hard).
+
+A family is a flat list of factors (index arrays of their two arcs), so a pruned arc set simply drops
+factors. Message to ``L_a`` (log-odds), with ``r_b`` the incoming log-odds of ``L_b``:
+
+    log [(odds_b e^theta + 1) / (odds_b + 1)] = softplus(r_b + theta) - softplus(r_b)
+
+O(1) per factor, computed for the whole family at once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.graph.family import FactorFamily, Messages
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0.0, x)
+
+
+class PairFamily(FactorFamily):
+    """Factors ``f`` on arcs ``(ah[f], am[f])`` and ``(bh[f], bm[f])`` with weights ``theta[f]``."""
+
+    def __init__(self, n: int, valid: np.ndarray, arcs: np.ndarray, theta: np.ndarray, name: str) -> None:
+        super().__init__(n, valid)
+        self.name = name
+        self.ah, self.am, self.bh, self.bm = arcs  # each (F,)
+        self.theta = np.asarray(theta, dtype=np.float64)
+        size = (n + 1) ** 2
+        self._a = self.ah * (n + 1) + self.am
+        self._b = self.bh * (n + 1) + self.bm
+        self._size = size
+
+    @property
+    def size(self) -> int:
+        return len(self.theta)
+
+    def gather(self, arc: np.ndarray) -> Messages:
+        flat = arc.reshape(-1)
+        return flat[self._a], flat[self._b]
+
+    def scatter(self, messages: Messages) -> np.ndarray:
+        out = np.bincount(self._a, weights=messages[0], minlength=self._size)
+        out += np.bincount(self._b, weights=messages[1], minlength=self._size)
+        return out.reshape(self.n + 1, self.n + 1)
+
+    def propagate(self, incoming: Messages) -> Messages:
+        ra, rb = incoming
+        to_a = softplus(rb + self.theta) - softplus(rb)
+        to_b = softplus(ra + self.theta) - softplus(ra)
+        return to_a, to_b
+
+    def both_true(self, incoming: Messages) -> np.ndarray:
+        """Factor beliefs ``b_f(L_a = L_b = true)`` (expected feature counts, §7 eq. 10)."""
+        ra, rb = incoming
+        both = ra + rb + self.theta
+        log_z = np.logaddexp(np.logaddexp(0.0, ra), np.logaddexp(rb, both))
+        return np.exp(both - log_z)
+
+    def log_potential(self, y: np.ndarray) -> float:
+        flat = y.reshape(-1)
+        on = flat[self._a] & flat[self._b]
+        if not on.any():
+            return 0.0
+        return float(self.theta[on].sum())
+
+
+def _pairs(valid: np.ndarray, a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray],
+           keep: np.ndarray) -> np.ndarray:
+    keep = keep & valid[a] & valid[b]
+    return np.stack([a[0][keep], a[1][keep], b[0][keep], b[1][keep]])
+
+
+def _grid(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.meshgrid(np.arange(n + 1), np.arange(n + 1), np.arange(n + 1), indexing="ij")
+
+
+def grand_arcs(n: int, valid: np.ndarray) -> np.ndarray:
+    """Arcs of every GRAND(h, m, c): ``(h, m)`` and ``(m, c)``, c != h. Shape (4, F)."""
+    h, m, c = _grid(n)
+    return _pairs(valid, (h, m), (m, c), (c != h) & (m > 0))
+
+
+def sib_arcs(n: int, valid: np.ndarray) -> np.ndarray:
+    """Arcs of every SIB(h, m, s), m < s: ``(h, m)`` and ``(h, s)``. Shape (4, F)."""
+    h, m, s = _grid(n)
+    return _pairs(valid, (h, m), (h, s), m < s)
+
+
+def not2_arcs(n: int, valid: np.ndarray) -> np.ndarray:
+    """Arcs of every NOT2(h, h', m), h < h': ``(h, m)`` and ``(h', m)``. Shape (4, F)."""
+    h, h2, m = _grid(n)
+    return _pairs(valid, (h, m), (h2, m), h < h2)
+
+
+def no2cycle_arcs(n: int, valid: np.ndarray) -> np.ndarray:
+    """Arcs of every NO2CYCLE(h, m), 0 < h < m: ``(h, m)`` and ``(m, h)``. Shape (4, F)."""
+    h, m = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
+    return _pairs(valid, (h, m), (m, h), (h > 0) & (h < m))
+
+
+def hard_pairs(n: int, valid: np.ndarray, arcs: np.ndarray, name: str) -> PairFamily:
+    """A family of "not both" constraints (theta = -inf)."""
+    return PairFamily(n, valid, arcs, np.full(arcs.shape[1], -np.inf), name)

@@ -1,0 +1,114 @@
+"""Every factor's outgoing messages against brute-force sums over its neighbours' assignments."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.graph.family import exclusive_logsumexp
+from engine.graph.hard import AtMost1, Exactly1, Link
+from engine.graph.oracle import arc_family_messages
+from engine.graph.pairwise import PairFamily, grand_arcs, hard_pairs, no2cycle_arcs, not2_arcs, sib_arcs
+from engine.graph.tree import Tree
+
+
+def _valid(n: int) -> np.ndarray:
+    valid = np.ones((n + 1, n + 1), dtype=bool)
+    valid[:, 0] = False
+    np.fill_diagonal(valid, False)
+    return valid
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("projective", [False, True])
+@pytest.mark.parametrize("single_root", [False, True])
+def test_tree_factor_messages(n: int, projective: bool, single_root: bool) -> None:
+    rng = np.random.default_rng(n)
+    valid = _valid(n)
+    family = Tree(n, valid, projective=projective, single_root=single_root)
+    r = rng.normal(scale=2.0, size=valid.shape)
+    (out,) = family.propagate((r,))
+    np.testing.assert_allclose(out[valid], arc_family_messages(family, r)[valid], atol=1e-9)
+
+
+def test_tree_factor_with_pruned_arcs() -> None:
+    n, rng = 3, np.random.default_rng(9)
+    valid = _valid(n)
+    valid[2, 1] = valid[0, 3] = False
+    family = Tree(n, valid, projective=False, single_root=True)
+    r = rng.normal(size=valid.shape)
+    (out,) = family.propagate((r,))
+    np.testing.assert_allclose(out[valid], arc_family_messages(family, r)[valid], atol=1e-9)
+    assert (out[~valid] == 0).all()
+
+
+@pytest.mark.parametrize("cls", [Exactly1, AtMost1])
+def test_one_head_constraints(cls: type) -> None:
+    n, rng = 3, np.random.default_rng(1)
+    valid = _valid(n)
+    family = cls(n, valid)
+    r = rng.normal(scale=2.0, size=valid.shape)
+    (out,) = family.propagate((r,))
+    np.testing.assert_allclose(out[valid], arc_family_messages(family, r)[valid], atol=1e-9)
+
+
+def test_link_messages_are_its_scores() -> None:
+    n, valid = 3, _valid(3)
+    theta = np.arange(16.0).reshape(4, 4)
+    family = Link(n, valid, theta)
+    (out,) = family.propagate((np.ones((4, 4)),))
+    np.testing.assert_array_equal(out, np.where(valid, theta, 0.0))
+    np.testing.assert_allclose(out[valid], arc_family_messages(family, np.zeros((4, 4)))[valid], atol=1e-9)
+
+
+def _pair_brute_force(ra: float, rb: float, theta: float) -> tuple[float, float]:
+    def psi(a: int, b: int) -> float:
+        return np.exp(theta) if (a and b) else 1.0
+
+    qa, qb = np.exp(ra), np.exp(rb)
+    to_a = np.log((psi(1, 0) + qb * psi(1, 1)) / (psi(0, 0) + qb * psi(0, 1)))
+    to_b = np.log((psi(0, 1) + qa * psi(1, 1)) / (psi(0, 0) + qa * psi(1, 0)))
+    return to_a, to_b
+
+
+@pytest.mark.parametrize("make", [grand_arcs, sib_arcs, not2_arcs, no2cycle_arcs])
+def test_pairwise_families(make) -> None:  # type: ignore[no-untyped-def]
+    n, rng = 4, np.random.default_rng(2)
+    valid = _valid(n)
+    arcs = make(n, valid)
+    assert arcs.shape[0] == 4 and arcs.shape[1] > 0
+    assert valid[arcs[0], arcs[1]].all() and valid[arcs[2], arcs[3]].all()
+    hard = make in (not2_arcs, no2cycle_arcs)
+    theta = np.full(arcs.shape[1], -np.inf) if hard else rng.normal(size=arcs.shape[1])
+    family = PairFamily(n, valid, arcs, theta, make.__name__)
+    ra, rb = rng.normal(scale=2.0, size=(2, arcs.shape[1]))
+    to_a, to_b = family.propagate((ra, rb))
+    for f in range(arcs.shape[1]):
+        ea, eb = _pair_brute_force(ra[f], rb[f], theta[f])
+        assert to_a[f] == pytest.approx(ea, abs=1e-12) and to_b[f] == pytest.approx(eb, abs=1e-12)
+    # factor beliefs: p(both true) under the factor times its incoming messages
+    both = family.both_true((ra, rb))
+    f = 0
+    w = np.array([1.0, np.exp(ra[f]), np.exp(rb[f]), np.exp(ra[f] + rb[f] + theta[f])])
+    assert both[f] == pytest.approx(w[3] / w.sum())
+    # scatter sums each factor's message onto its arc
+    total = family.scatter((np.ones(arcs.shape[1]), np.zeros(arcs.shape[1])))
+    counts = np.zeros((n + 1, n + 1))
+    np.add.at(counts, (arcs[0], arcs[1]), 1.0)
+    np.testing.assert_array_equal(total, counts)
+
+
+def test_pair_family_counts() -> None:
+    n, valid = 4, _valid(4)
+    assert grand_arcs(n, valid).shape[1] == sum(
+        1 for h in range(n + 1) for m in range(1, n + 1) for c in range(1, n + 1) if len({h, m, c}) == 3)
+    assert not2_arcs(n, valid).shape[1] == n * (n * (n - 1) // 2)  # n heads choose 2, per dependent
+    assert no2cycle_arcs(n, valid).shape[1] == n * (n - 1) // 2
+    assert hard_pairs(n, valid, no2cycle_arcs(n, valid), "no2cycle").size == n * (n - 1) // 2
+
+
+def test_exclusive_logsumexp() -> None:
+    x = np.log(np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]))
+    np.testing.assert_allclose(np.exp(exclusive_logsumexp(x, axis=0)), [[8.0, 10.0], [6.0, 8.0], [4.0, 6.0]])
+    big = np.array([1e3, -1e3, 0.0])
+    assert np.isfinite(exclusive_logsumexp(big, axis=0)).all()
