@@ -31,7 +31,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--root", choices=["single", "multi"], default="single")
     p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--learning-rate", type=float, default=0.2)
+    p.add_argument("--learning-rate", type=float, help="AdaGrad step (default 0.2 first-order, 0.05 BP)")
     p.add_argument("--l2", type=float, default=10.0, help="L2 regularisation strength")
     p.add_argument("--dim", type=int, default=1 << 22, help="number of hashed feature buckets")
     p.add_argument("--seed", type=int, default=0)
@@ -39,11 +39,24 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-sentences", type=int, help="use only the first N training sentences")
     p.add_argument("--name", help="model name recorded in the manifest (default: the directory name)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--order", type=int, choices=[1, 2], default=1,
+                   help="1: first-order CLL with exact inference; 2: BP with higher-order factors")
+    p.add_argument("--factors", default="grand,sib", help="higher-order factor families for --order 2")
+    p.add_argument("--pruner", help="first-order model for arc pruning and warm start (--order 2); "
+                   "default: train one first")
+    p.add_argument("--bp-iterations", type=int, default=3, help="BP iterations during training (--order 2)")
+    p.add_argument("--second-dim", type=int, default=1 << 21, help="hashed buckets for higher-order features")
 
 
 def _add_model_io(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model directory")
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--inference", choices=["exact", "bp"], help="default: exact for first-order models, "
+                   "bp for higher-order ones (exact is only valid for first-order models)")
+    p.add_argument("--bp-iterations", type=int, default=5)
+    p.add_argument("--schedule", choices=["serial", "flooding"], default="serial")
+    p.add_argument("--constraint", choices=["tree", "ptree", "exactly1", "atmost1", "not2", "exactly1+no2cycle"],
+                   help="with --inference bp: the hard factor to decode under (default: the model's tree)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,10 +80,29 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _load_parser(path: str) -> Any:
-    from engine.parser import FirstOrderParser
+class UsageError(ValueError):
+    """A combination of options that cannot work, explained."""
 
-    return FirstOrderParser.load(path)
+
+def _load_parser(args: argparse.Namespace) -> Any:
+    """An object whose ``parse(sentences)`` runs the requested inference with the model."""
+    from engine.bp_parser import BPParser, load_any
+    from engine.inference.bp import BPConfig
+
+    model = load_any(args.model)
+    inference = args.inference or ("bp" if isinstance(model, BPParser) else "exact")
+    if inference == "exact":
+        if isinstance(model, BPParser):
+            raise UsageError(f"{args.model} is a higher-order model: exact inference is only valid for "
+                             "first-order models; use --inference bp")
+        if args.constraint:
+            raise UsageError("--constraint needs --inference bp")
+        return lambda sentences: model.parse(sentences, args.batch_size)
+    if not isinstance(model, BPParser):
+        model = BPParser.from_first_order(model)
+    model.decode_constraint = args.constraint
+    config = BPConfig(max_iterations=args.bp_iterations, schedule=args.schedule)
+    return lambda sentences: model.parse(sentences, config, args.batch_size)
 
 
 def _check_parsable(sentences: list[Any], source: str) -> None:
@@ -79,55 +111,96 @@ def _check_parsable(sentences: list[Any], source: str) -> None:
             raise ConlluError(source, s.start_line, "sentence has no words")
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    from engine.decode.labeler import CountLabeler
+def _scores(gold: list[Any], parsed: list[Any]) -> dict[str, Any]:
     from engine.evaluation.metrics import attachment_scores
+
+    return attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
+                             [p.head_probs for p in parsed])
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from engine.bp_parser import BPParser, load_any
+    from engine.decode.labeler import CountLabeler
     from engine.features.extract import FeatureExtractor
+    from engine.features.second_order import default_second_order
     from engine.features.templates import default_first_order
+    from engine.inference.bp import BPConfig
     from engine.inference.exact import TreeConstraint
     from engine.model.store import file_sha256
     from engine.parser import FirstOrderParser
     from engine.training.cll import TrainConfig, train_cll
+    from engine.training.surrogate import train_surrogate
 
-    config = TrainConfig(args.epochs, args.batch_size, args.learning_rate, args.l2, args.seed, not args.no_average)
+    lr = args.learning_rate if args.learning_rate is not None else (0.2 if args.order == 1 else 0.05)
+    config = TrainConfig(args.epochs, args.batch_size, lr, args.l2, args.seed, not args.no_average)
     constraint = TreeConstraint(args.tree, args.root)
+    families = [f for f in args.factors.split(",") if f] if args.order == 2 else []
+    unknown = sorted(set(families) - {"grand", "sib"})
+    if unknown:
+        raise UsageError(f"unknown or not yet available factor families: {', '.join(unknown)} (available: grand, sib)")
     train = read_conllu(args.train)
     if args.max_sentences:
         train = train[: args.max_sentences]
     dev = read_conllu(args.dev) if args.dev else None
     _check_parsable(train, args.train)
-    extractor = FeatureExtractor(tuple(default_first_order()), args.dim)
     labeler = CountLabeler.fit(train)
-    parser = FirstOrderParser(extractor, np.zeros(args.dim), constraint, labeler, {})
+    provenance = {"train_file": Path(args.train).name, "train_sha256": file_sha256(args.train),
+                  "train_sentences": len(train), "dev_file": Path(args.dev).name if args.dev else None,
+                  "dev_sha256": file_sha256(args.dev) if args.dev else None}
 
-    def dev_uas(weights: np.ndarray) -> float:
-        parser.weights = weights
-        parsed = parser.parse(dev)
-        return attachment_scores(dev, [p.heads for p in parsed], [p.deprels for p in parsed],
-                                 [p.head_probs for p in parsed])["uas"]
+    if args.order == 2 and args.pruner:
+        first = load_any(args.pruner)
+        if not isinstance(first, FirstOrderParser) or first.constraint != constraint:
+            raise UsageError(f"--pruner {args.pruner} must be a first-order model with --tree {args.tree} "
+                             f"--root {args.root}")
+        first.labeler = labeler
+    else:
+        extractor = FeatureExtractor(tuple(default_first_order()), args.dim)
+        first = FirstOrderParser(extractor, np.zeros(args.dim), constraint, labeler, {})
 
-    result = train_cll(extractor, constraint, train, config, dev_uas if dev else None, not args.quiet)
-    parser.weights = result.weights
+        def dev_uas_first(weights: np.ndarray) -> float:
+            first.weights = weights
+            return _scores(dev, first.parse(dev))["uas"]
+
+        result = train_cll(extractor, constraint, train, config if args.order == 1 else
+                           TrainConfig(8, args.batch_size, 0.2, args.l2, args.seed), dev_uas_first if dev else None,
+                           not args.quiet)
+        first.weights = result.weights
+        if result.interrupted and args.order == 2:
+            args.order = 1  # stopped while training the pruner: save what we have as a first-order model
+    model: Any = first
+    training: dict[str, Any] = {}
+    if args.order == 2:
+        model = BPParser.from_first_order(first, {f: tuple(default_second_order([f])) for f in families},
+                                          args.second_dim, prune=True)
+        bp = BPConfig(max_iterations=args.bp_iterations, schedule="serial")
+        inference = BPConfig(max_iterations=5, schedule="serial")
+
+        def dev_uas(weights: np.ndarray) -> float:
+            saved, model.weights = model.weights, weights
+            try:
+                return _scores(dev, model.parse(dev, inference))["uas"]
+            finally:
+                model.weights = saved
+
+        result = train_surrogate(model, train, config, bp, dev_uas if dev else None, not args.quiet)
+        training = {"objective": "surrogate-cll", "factors": families}
+    else:
+        training = {"objective": "cll"}
     dev_scores = None
     if dev:
-        parsed = parser.parse(dev)
-        dev_scores = attachment_scores(dev, [p.heads for p in parsed], [p.deprels for p in parsed],
-                                       [p.head_probs for p in parsed])
-    name = args.name or Path(args.out).name
-    parser.save(args.out, {
-        "name": name,
-        "training": {
-            "objective": "cll", **result.config, "train_file": Path(args.train).name,
-            "train_sha256": file_sha256(args.train), "train_sentences": len(train),
-            "dev_file": Path(args.dev).name if args.dev else None,
-            "dev_sha256": file_sha256(args.dev) if args.dev else None,
-            "skipped_trees": result.skipped, "best_epoch": result.best_epoch, "history": result.history,
-            "seconds": round(result.seconds, 1), "interrupted": result.interrupted,
-        },
+        dev_scores = _scores(dev, model.parse(dev) if args.order == 1 else
+                             model.parse(dev, BPConfig(max_iterations=5, schedule="serial")))
+    model.save(args.out, {
+        "name": args.name or Path(args.out).name,
+        "training": {**training, **result.config, **provenance, "skipped_trees": result.skipped,
+                     "best_epoch": result.best_epoch, "history": result.history,
+                     "seconds": round(result.seconds, 1), "interrupted": result.interrupted},
         "metrics": {"dev": dev_scores},
     })
-    summary = {"model": args.out, "best_epoch": result.best_epoch, "seconds": round(result.seconds, 1),
-               "skipped_trees": result.skipped, "interrupted": result.interrupted, "dev": dev_scores}
+    summary = {"model": args.out, "order": args.order, "best_epoch": result.best_epoch,
+               "seconds": round(result.seconds, 1), "skipped_trees": result.skipped,
+               "interrupted": result.interrupted, "dev": dev_scores}
     print(json.dumps(summary, indent=2))
     return 130 if result.interrupted else 0
 
@@ -136,10 +209,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from engine.evaluation.metrics import attachment_scores
 
     start = time.perf_counter()
-    parser = _load_parser(args.model)
+    parse = _load_parser(args)
     gold = read_conllu(args.data)
     _check_parsable(gold, args.data)
-    parsed = parser.parse(gold, args.batch_size)
+    parsed = parse(gold)
     seconds = time.perf_counter() - start
     scores = attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
                                [p.head_probs for p in parsed], reliability=args.reliability)
@@ -159,11 +232,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
-    parser = _load_parser(args.model)
+    parse = _load_parser(args)
     source = args.input or "<stdin>"
     sentences = read_conllu(args.input if args.input else sys.stdin, name=source, strict_heads=False)
     _check_parsable(sentences, source)
-    parsed = parser.parse(sentences, args.batch_size)
+    parsed = parse(sentences)
     blocks = [
         format_sentence(s, heads=p.heads, deprels=p.deprels,
                         misc={"HeadProb": [f"{x:.4f}" for x in p.head_probs]})
@@ -203,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     command = {"train": cmd_train, "evaluate": cmd_evaluate, "parse": cmd_parse, "score": cmd_score}[args.command]
     try:
         return command(args)
-    except (ConlluError, ModelError, FileNotFoundError, IsADirectoryError) as e:
+    except (ConlluError, ModelError, UsageError, FileNotFoundError, IsADirectoryError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:

@@ -33,9 +33,10 @@ class ParsedSentence:
     heads: np.ndarray
     head_probs: np.ndarray
     marginals: np.ndarray
-    log_partition: float
+    log_partition: float | None  # None under approximate inference
     deprels: list[str]
     label_probs: np.ndarray
+    diagnostics: dict[str, Any] | None = None  # BP: iterations, converged, residual
 
 
 @dataclass

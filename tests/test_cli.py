@@ -86,3 +86,28 @@ def test_bad_input_is_a_clear_error(tmp_path: Path, toy: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "engine", "parse", "--model", str(tmp_path / "nowhere")],
                           input=TOY, capture_output=True, text=True)
     assert proc.returncode == 2 and "not a model directory" in proc.stderr
+
+
+def test_second_order_training_and_bp_inference(tmp_path: Path, toy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first = tmp_path / "o1"
+    assert main(["train", "--train", str(toy), "--out", str(first), "--epochs", "2", "--dim", "4096",
+                 "--quiet"]) == 0
+    second = tmp_path / "o2"
+    assert main(["train", "--train", str(toy), "--dev", str(toy), "--out", str(second), "--order", "2",
+                 "--factors", "grand,sib", "--pruner", str(first), "--epochs", "2", "--second-dim", "2048",
+                 "--quiet"]) == 0
+    manifest = json.loads((second / "manifest.json").read_text())
+    assert manifest["order"] == 2 and set(manifest["features"]["second_order"]) == {"grand", "sib"}
+    assert manifest["training"]["objective"] == "surrogate-cll"
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(second), "--data", str(toy), "--json", "--bp-iterations", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["uas"] == pytest.approx(100.0)
+    # a first-order model through BP (LINK + TREE) gives its exact answer, and other hard constraints run too
+    for extra in (["--inference", "bp"], ["--inference", "bp", "--constraint", "exactly1+no2cycle"]):
+        assert main(["evaluate", "--model", str(first), "--data", str(toy), "--json", *extra]) == 0
+        assert json.loads(capsys.readouterr().out)["uas"] == pytest.approx(100.0)
+    assert main(["evaluate", "--model", str(second), "--data", str(toy), "--inference", "exact"]) == 2
+    assert "only valid for first-order models" in capsys.readouterr().err
+    assert main(["train", "--train", str(toy), "--out", str(tmp_path / "x"), "--order", "2",
+                 "--factors", "grand,cousin"]) == 2
+    assert "cousin" in capsys.readouterr().err

@@ -84,8 +84,8 @@ def save_model(directory: str | os.PathLike[str], manifest: dict[str, Any], arra
         raise
 
 
-def load_model(directory: str | os.PathLike[str], *, verify: bool = True) -> StoredModel:
-    """Read a model directory written by ``save_model``; raise ``ModelError`` saying what is wrong."""
+def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """The checked manifest of a model directory (format and version), without loading arrays."""
     path = Path(directory)
     manifest_path = path / "manifest.json"
     if not manifest_path.is_file():
@@ -102,6 +102,13 @@ def load_model(directory: str | os.PathLike[str], *, verify: bool = True) -> Sto
             f"{path}: model format version {version} is not supported; this engine reads version "
             f"{FORMAT_VERSION}. Retrain the model with this engine version."
         )
+    return manifest
+
+
+def load_model(directory: str | os.PathLike[str], *, verify: bool = True) -> StoredModel:
+    """Read a model directory written by ``save_model``; raise ``ModelError`` saying what is wrong."""
+    path = Path(directory)
+    manifest = read_manifest(path)
     arrays = {}
     for name, entry in manifest.get("arrays", {}).items():
         file = path / entry["file"]

@@ -1,0 +1,158 @@
+"""The BP parser (Smith & Eisner 2008): first-order pruning -> factor graph -> loopy BP -> beliefs ->
+MBR tree (maximum spanning tree under the beliefs b(L[h, m] = true), Gormley et al. 2015 fn. 3).
+
+A second-order model is one hashed weight vector for its first-order (LINK) and higher-order (GRAND,
+SIB) templates, plus the weights of the first-order model used for pruning. A first-order model can
+be run through BP too (LINK + TREE gives its exact marginals; LINK + another hard constraint gives
+the approximate decoders of Smith & Eisner Table 3).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+import engine
+from engine.data.batching import length_batches
+from engine.decode.labeler import CountLabeler
+from engine.decode.mbr import mbr_decode
+from engine.features.extract import FeatureExtractor, Tokens
+from engine.features.second_order import TripleTemplate
+from engine.features.templates import ArcTemplate
+from engine.graph.build import SentenceGraph, build_graph
+from engine.inference.bp import BPConfig, BPResult, run_bp
+from engine.inference.exact import TreeConstraint, exact_marginals
+from engine.model.store import ModelError, load_model, read_manifest, save_model
+from engine.parser import FirstOrderParser, ParsedSentence
+from engine.scoring.potentials import arc_scores
+from engine.scoring.pruning import PruneConfig, prune_arcs
+
+
+@dataclass
+class BPParser:
+    """``weights[:extractor.dim]`` score first-order features, ``weights[extractor.dim:]`` the
+    higher-order ones (a separate hashed block, so the two never collide)."""
+
+    extractor: FeatureExtractor
+    weights: np.ndarray
+    constraint: TreeConstraint
+    labeler: CountLabeler
+    templates: dict[str, tuple[TripleTemplate, ...]]
+    pruner: np.ndarray | None = None  # first-order weights for pruning (None: keep every arc)
+    prune: PruneConfig = field(default_factory=PruneConfig)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    decode_constraint: str | None = None  # None: TREE/PTREE as the model was trained
+
+    @classmethod
+    def from_first_order(cls, parser: FirstOrderParser, templates: dict[str, tuple[TripleTemplate, ...]] | None = None,
+                         second_dim: int = 0, prune: bool = False) -> BPParser:
+        """A BP parser on a first-order model; with ``templates``, a second-order model initialised from it
+        (first-order weights copied, ``second_dim`` zero weights for the new features, pruned by it)."""
+        weights = np.concatenate([parser.weights, np.zeros(second_dim)])
+        pruner = parser.weights.copy() if prune else None
+        return cls(parser.extractor, weights, parser.constraint, parser.labeler, templates or {}, pruner,
+                   PruneConfig(), dict(parser.manifest))
+
+    @property
+    def graph_constraint(self) -> str:
+        return self.decode_constraint or ("ptree" if self.constraint.projective else "tree")
+
+    def graphs(self, sentences: Sequence[Any], *, gold: bool = False,
+               batch_size: int = 64) -> Iterator[tuple[int, SentenceGraph, np.ndarray]]:
+        """(index, factor graph, pruner MBR heads) per sentence; ``gold`` keeps the gold arcs."""
+        for idx in length_batches([len(s.forms) for s in sentences], batch_size):
+            feats = self.extractor.extract([sentences[i] for i in idx])
+            link = arc_scores(self.weights, feats)
+            if self.pruner is not None:
+                _, prune_marg = exact_marginals(arc_scores(self.pruner, feats), self.constraint)
+            for j, i in enumerate(idx):
+                n1 = link.shape[-1]
+                if self.pruner is None:
+                    valid = np.ones((n1, n1), dtype=bool)
+                    valid[:, 0] = False
+                    np.fill_diagonal(valid, False)
+                    keep = np.full(n1, -1)
+                else:
+                    keep = mbr_decode(prune_marg[j], self.constraint)
+                    valid = prune_arcs(prune_marg[j], self.prune, keep)
+                    if gold:
+                        valid[sentences[i].heads[1:], np.arange(1, n1)] = True
+                graph = build_graph(sentences[i], valid, link[j], self.weights, self.templates,
+                                    constraint=self.graph_constraint, single_root=self.constraint.single_root,
+                                    offset=self.extractor.dim)
+                graph.link_features = feats[j]  # type: ignore[attr-defined]
+                yield i, graph, keep
+
+    def decode(self, tokens: Tokens, graph: SentenceGraph, result: BPResult) -> ParsedSentence:
+        marg = result.beliefs.copy()
+        col = marg[:, 1:].sum(axis=0)
+        marg[:, 1:] /= np.where(col > 0, col, 1.0)  # per-word head distribution from the beliefs
+        heads = mbr_decode(np.where(graph.valid, result.beliefs, -np.inf), self.constraint)
+        m = np.arange(1, len(heads))
+        labels, label_probs = self.labeler.predict(tokens.upos, heads)
+        diag = {"method": "bp", "iterations": result.iterations, "converged": bool(result.converged),
+                "residual": float(result.residual), "arcs": int(graph.valid.sum())}
+        return ParsedSentence(heads, marg[heads[1:], m], marg, None, labels, label_probs, diag)
+
+    def parse(self, sentences: Sequence[Tokens], config: BPConfig | None = None,
+              batch_size: int = 64) -> list[ParsedSentence]:
+        config = config or BPConfig(max_iterations=5, schedule="serial")
+        out: list[ParsedSentence | None] = [None] * len(sentences)
+        for i, graph, _ in self.graphs(sentences, batch_size=batch_size):
+            result = run_bp(graph.families, graph.valid, config)
+            out[i] = self.decode(sentences[i], graph, result)
+        return out  # type: ignore[return-value]
+
+    # -- persistence ---------------------------------------------------------------------------
+    def save(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> None:
+        manifest = {
+            **self.manifest, **(extra or {}),
+            "engine_version": engine.__version__,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "order": 2,
+            "tree": {"tree": self.constraint.tree, "root": self.constraint.root},
+            "features": {"dim": self.extractor.dim, "templates": [t.name for t in self.extractor.templates],
+                         "second_order": {k: [t.name for t in v] for k, v in self.templates.items()}},
+            "pruning": {"ratio": self.prune.ratio, "max_heads": self.prune.max_heads},
+            "labeler": self.labeler.to_json(),
+        }
+        arrays = {"weights": self.weights.astype(np.float32)}
+        if self.pruner is not None:
+            arrays["pruner"] = self.pruner.astype(np.float32)
+        save_model(directory, manifest, arrays)
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> BPParser:
+        stored = load_model(directory)
+        man = stored.manifest
+        try:
+            first = tuple(ArcTemplate.parse(t) for t in man["features"]["templates"])
+            extractor = FeatureExtractor(first, int(man["features"]["dim"]))
+            second = {k: tuple(TripleTemplate.parse(t) for t in v)
+                      for k, v in man["features"].get("second_order", {}).items()}
+            constraint = TreeConstraint(**man["tree"])
+            prune = PruneConfig(**man.get("pruning", {}))
+            labeler = CountLabeler.from_json(man["labeler"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ModelError(f"{directory}: manifest is incomplete or inconsistent ({e})") from e
+        weights = stored.arrays["weights"].astype(np.float64)
+        pruner = stored.arrays["pruner"].astype(np.float64) if "pruner" in stored.arrays else None
+        for arr in (weights, pruner):
+            if arr is not None and (arr.ndim != 1 or len(arr) < extractor.dim):
+                raise ModelError(f"{directory}: weight arrays do not match the feature dimension {extractor.dim}")
+        return cls(extractor, weights, constraint, labeler, second, pruner, prune, man)
+
+
+def load_any(directory: str | os.PathLike[str]) -> FirstOrderParser | BPParser:
+    """A first-order or a BP model, by the ``order`` its manifest records."""
+    order = read_manifest(directory).get("order", 1)
+    if order == 1:
+        return FirstOrderParser.load(directory)
+    if order == 2:
+        return BPParser.load(directory)
+    raise ModelError(f"{directory}: unknown model order {order!r}")

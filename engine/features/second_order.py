@@ -1,0 +1,124 @@
+"""Declared second-order feature templates for GRAND and SIB factors (Smith & Eisner 2008 §8.2;
+Carreras 2007), hashed into the same weight vector as the first-order features.
+
+A GRAND factor is a triple ``(a, b, c) = (grandparent g, parent p, child c)`` (arcs g->p, p->c); a
+SIB factor is ``(a, b, c) = (head h, child m, child s)`` with ``m < s`` (arcs h->m, h->s, on either
+side). A template names token attributes of the roles ``a``, ``b``, ``c`` and a context:
+
+- ``none``: the conjunction alone;
+- ``dir``: the directions of the two arcs (GRAND: g->p and p->c; SIB: which side of h each child is);
+- ``dist``: ``dir`` plus the binned distance between the two words the factor relates (GRAND: g and c;
+  SIB: m and s).
+
+Extraction takes the flat list of a sentence's factors (after arc pruning) and is vectorised over it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.features.extract import Tokens, _token_attribute
+from engine.features.hashing import hash_string, hash_strings, mix
+from engine.features.templates import CONTEXTS, TOKEN_ATTRIBUTES
+
+FAMILIES = ("grand", "sib")
+_BINS = np.array([0, 1, 2, 3, 4, 5, 5, 6, 6, 6, 6, 7])
+
+
+@dataclass(frozen=True)
+class TripleTemplate:
+    family: str
+    a: tuple[str, ...]
+    b: tuple[str, ...]
+    c: tuple[str, ...]
+    context: str = "dir"
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown factor family {self.family!r}; known: {FAMILIES}")
+        for attr in self.a + self.b + self.c:
+            if attr not in TOKEN_ATTRIBUTES:
+                raise ValueError(f"unknown token attribute {attr!r}")
+        if self.context not in CONTEXTS:
+            raise ValueError(f"unknown context {self.context!r}")
+
+    @property
+    def name(self) -> str:
+        parts = [f"{r}.{x}" for r, attrs in (("a", self.a), ("b", self.b), ("c", self.c)) for x in attrs]
+        return f"{self.family}:" + "+".join(parts) + f"|{self.context}"
+
+    @classmethod
+    def parse(cls, name: str) -> TripleTemplate:
+        family, _, rest = name.partition(":")
+        body, _, context = rest.partition("|")
+        roles: dict[str, list[str]] = {"a": [], "b": [], "c": []}
+        for part in body.split("+"):
+            role, _, attr = part.partition(".")
+            if role not in roles:
+                raise ValueError(f"bad template {name!r}")
+            roles[role].append(attr)
+        return cls(family, tuple(roles["a"]), tuple(roles["b"]), tuple(roles["c"]), context or "none")
+
+
+def _t(family: str, a: str, b: str, c: str, context: str = "dir") -> TripleTemplate:
+    return TripleTemplate(family, tuple(a.split()), tuple(b.split()), tuple(c.split()), context)
+
+
+def default_second_order(families: Sequence[str]) -> list[TripleTemplate]:
+    """Tag and coarse-tag conjunctions of the three words, with directions and distances."""
+    out: list[TripleTemplate] = []
+    for fam in families:
+        if fam not in FAMILIES:
+            continue
+        out += [
+            _t(fam, "upos", "upos", "upos", "dir"), _t(fam, "upos", "upos", "upos", "dist"),
+            _t(fam, "upos", "upos", "upos", "none"), _t(fam, "xpos", "xpos", "xpos", "dir"),
+            _t(fam, "upos", "", "upos", "dir"), _t(fam, "upos", "", "upos", "dist"),
+            _t(fam, "", "upos", "upos", "dir"), _t(fam, "upos", "upos", "", "dir"),
+            _t(fam, "lower", "upos", "upos", "dir"), _t(fam, "upos", "lower", "upos", "dir"),
+            _t(fam, "upos", "upos", "lower", "dir"), _t(fam, "lower", "", "lower", "dir"),
+        ]
+    return out
+
+
+def _directions(family: str, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    if family == "grand":
+        return (a < b).astype(np.int64) * 2 + (b < c)
+    return (b > a).astype(np.int64) * 2 + (c > a)
+
+
+def extract_triples(
+    tokens: Tokens, templates: Sequence[TripleTemplate], triples: np.ndarray, dim: int
+) -> np.ndarray:
+    """Feature indices (F, K) int32 for the factors ``triples`` (3, F) of one family.
+
+    ``templates`` must all belong to that family. Index 0 is the null feature."""
+    f = triples.shape[1]
+    out = np.zeros((f, len(templates)), dtype=np.int32)
+    if f == 0 or not templates:
+        return out
+    a, b, c = triples
+    family = templates[0].family
+    attrs = sorted({x for t in templates for x in t.a + t.b + t.c})
+    codes = {x: hash_strings(_token_attribute(tokens, x)) for x in attrs}
+    direction = _directions(family, a, b, c)
+    far = np.abs(a - c) if family == "grand" else np.abs(b - c)
+    dist = direction * 16 + _BINS[np.minimum(far, len(_BINS) - 1)]
+    ctx_codes = {
+        "none": None,
+        "dir": hash_strings([f"d{i}" for i in range(4)])[direction],
+        "dist": hash_strings([f"dd{i}" for i in range(64)])[dist],
+    }
+    for k, t in enumerate(templates):
+        x = np.full(f, np.uint64(hash_string(t.name)))
+        for role, pos in (("a", a), ("b", b), ("c", c)):
+            for attr in getattr(t, role):
+                x = mix(x, codes[attr][pos])
+        ctx = ctx_codes[t.context]
+        if ctx is not None:
+            x = mix(x, ctx)
+        out[:, k] = (x % np.uint64(dim - 1)).astype(np.int32) + 1
+    return out
