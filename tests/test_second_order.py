@@ -1,0 +1,83 @@
+"""Second-order features, arc pruning, and the surrogate-CLL gradient."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from engine.features.extract import FeatureExtractor
+from engine.features.second_order import TripleTemplate, default_second_order, extract_triples
+from engine.features.templates import ArcTemplate
+from engine.graph.build import build_graph
+from engine.graph.pairwise import grand_arcs
+from engine.inference.bp import BPConfig
+from engine.inference.exact import TreeConstraint
+from engine.scoring.potentials import arc_scores
+from engine.scoring.pruning import PruneConfig, prune_arcs
+from engine.training.cll import TrainingBatch, cll_objective
+from engine.training.surrogate import surrogate_gradient_terms
+
+SENT = SimpleNamespace(forms="the dog barks loudly".split(), upos="DET NOUN VERB ADV".split(),
+                       xpos="DT NN VBZ RB".split(), heads=np.array([-1, 2, 3, 0, 3]))
+
+
+def test_triple_features() -> None:
+    templates = default_second_order(["grand"])
+    assert all(TripleTemplate.parse(t.name) == t for t in templates)
+    valid = np.ones((5, 5), dtype=bool)
+    valid[:, 0] = False
+    np.fill_diagonal(valid, False)
+    arcs = grand_arcs(4, valid)
+    triples = np.stack([arcs[0], arcs[1], arcs[3]])
+    feats = extract_triples(SENT, templates, triples, 1 << 16)
+    assert feats.shape == (triples.shape[1], len(templates))
+    assert (feats >= 1).all() and (feats < 1 << 16).all()
+    np.testing.assert_array_equal(feats, extract_triples(SENT, templates, triples, 1 << 16))
+    # the direction context tells g->p->c apart from its mirror image
+    t = TripleTemplate("grand", ("upos",), ("upos",), ("upos",), "dir")
+    one = extract_triples(SENT, [t], np.array([[2], [3], [4]]), 1 << 20)
+    two = extract_triples(SENT, [t], np.array([[4], [3], [2]]), 1 << 20)
+    assert one[0, 0] != two[0, 0]
+    with pytest.raises(ValueError, match="family"):
+        TripleTemplate("cousin", ("upos",), (), ())
+
+
+def test_pruning_keeps_best_and_bounds_heads() -> None:
+    rng = np.random.default_rng(0)
+    n = 30
+    marg = rng.dirichlet(np.full(n + 1, 0.3), size=n).T  # (n+1, n) columns sum to 1
+    full = np.zeros((n + 1, n + 1))
+    full[:, 1:] = marg
+    keep = np.array([-1, *rng.integers(0, n + 1, size=n)])
+    keep[1:][keep[1:] == np.arange(1, n + 1)] = 0
+    valid = prune_arcs(full, PruneConfig(ratio=1e-4, max_heads=5), keep)
+    assert (valid[:, 0] == 0).all() and not valid[np.arange(n + 1), np.arange(n + 1)].any()
+    assert (valid[:, 1:].sum(axis=0) <= 6).all()  # 5 plus a forced one
+    best = full[:, 1:].argmax(axis=0)
+    assert valid[best, np.arange(1, n + 1)].all()
+    assert valid[keep[1:], np.arange(1, n + 1)].all()
+    strict = prune_arcs(full, PruneConfig(ratio=0.5, max_heads=10))
+    assert (strict[:, 1:][full[:, 1:] < 0.5 * full[:, 1:].max(axis=0)] == 0).all()
+
+
+@pytest.mark.parametrize("tree", ["nonprojective", "projective"])
+def test_surrogate_gradient_is_exact_for_first_order_graphs(tree: str) -> None:
+    """With only LINK + TREE, BP is exact, so the surrogate gradient equals the exact CLL gradient."""
+    fx = FeatureExtractor((ArcTemplate(("upos",), ("upos",), "dist"), ArcTemplate(("form",), ("upos",), "dir")), 128)
+    rng = np.random.default_rng(1)
+    w = rng.normal(size=128)
+    w[0] = 0.0
+    constraint = TreeConstraint(tree, "single")
+    feats = fx.extract([SENT])
+    scores = arc_scores(w, feats)[0]
+    valid = np.isfinite(scores)
+    graph = build_graph(SENT, valid, scores, w, {}, constraint="ptree" if tree == "projective" else "tree")
+    graph.link_features = feats[0]  # type: ignore[attr-defined]
+    loss, idx, val = surrogate_gradient_terms(graph, SENT.heads, BPConfig(max_iterations=1))
+    grad = np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=128)
+    grad[0] = 0.0
+    nll, exact = cll_objective(w, TrainingBatch(feats, SENT.heads[None]), constraint)
+    np.testing.assert_allclose(grad, exact, atol=1e-10)
+    assert loss > 0
