@@ -85,7 +85,7 @@ class BPParser:
                 graph = build_graph(sentences[i], valid, link[j], self.weights, self.templates,
                                     constraint=self.graph_constraint, single_root=self.constraint.single_root,
                                     offset=self.extractor.dim)
-                graph.link_features = feats[j]  # type: ignore[attr-defined]
+                graph.link_features = feats[j]
                 yield i, graph, keep
 
     def decode(self, tokens: Tokens, graph: SentenceGraph, result: BPResult) -> ParsedSentence:

@@ -135,9 +135,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = TrainConfig(args.epochs, args.batch_size, lr, args.l2, args.seed, not args.no_average)
     constraint = TreeConstraint(args.tree, args.root)
     families = [f for f in args.factors.split(",") if f] if args.order == 2 else []
-    unknown = sorted(set(families) - {"grand", "sib"})
+    unknown = sorted(set(families) - {"grand", "sib", "childseq", "nocross"})
     if unknown:
-        raise UsageError(f"unknown or not yet available factor families: {', '.join(unknown)} (available: grand, sib)")
+        raise UsageError(f"unknown factor families: {', '.join(unknown)} (available: grand, sib, childseq, nocross)")
     train = read_conllu(args.train)
     if args.max_sentences:
         train = train[: args.max_sentences]

@@ -74,10 +74,34 @@ def test_surrogate_gradient_is_exact_for_first_order_graphs(tree: str) -> None:
     scores = arc_scores(w, feats)[0]
     valid = np.isfinite(scores)
     graph = build_graph(SENT, valid, scores, w, {}, constraint="ptree" if tree == "projective" else "tree")
-    graph.link_features = feats[0]  # type: ignore[attr-defined]
+    graph.link_features = feats[0]
     loss, idx, val = surrogate_gradient_terms(graph, SENT.heads, BPConfig(max_iterations=1))
     grad = np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=128)
     grad[0] = 0.0
     nll, exact = cll_objective(w, TrainingBatch(feats, SENT.heads[None]), constraint)
     np.testing.assert_allclose(grad, exact, atol=1e-10)
     assert loss > 0
+
+
+@pytest.mark.parametrize("family", ["grand", "sib", "childseq", "nocross"])
+def test_gold_events_score_the_gold_tree(family: str) -> None:
+    """Sum over feature rows of (row weight x gold event) equals the family's log-potential of the gold
+    tree, so ``expected - gold`` is the right gradient weight for every higher-order family."""
+    sent = SimpleNamespace(forms="a b c d e".split(), upos="DET NOUN VERB ADP NOUN".split(),
+                           xpos="DT NN VBZ IN NN".split(), heads=np.array([-1, 2, 3, 0, 5, 2]))
+    n = 5
+    valid = np.ones((n + 1, n + 1), dtype=bool)
+    valid[:, 0] = False
+    np.fill_diagonal(valid, False)
+    rng = np.random.default_rng(3)
+    weights = rng.normal(size=1 << 12)
+    graph = build_graph(sent, valid, np.zeros((n + 1, n + 1)), weights,
+                        {family: tuple(default_second_order([family]))}, offset=1 << 10)
+    terms = graph.soft[family]
+    row_weight = weights[terms.features].sum(axis=1)
+    y = np.zeros((n + 1, n + 1), dtype=bool)
+    y[sent.heads[1:], np.arange(1, n + 1)] = True
+    assert float(row_weight @ terms.gold(sent.heads)) == pytest.approx(terms.family.log_potential(y))
+    incoming = tuple(np.zeros_like(g) for g in terms.family.gather(np.zeros((n + 1, n + 1))))
+    expected = terms.expected(incoming)
+    assert expected.shape == (len(terms.features),) and ((expected >= 0) & (expected <= 1 + 1e-12)).all()

@@ -24,7 +24,7 @@ from engine.features.extract import Tokens, _token_attribute
 from engine.features.hashing import hash_string, hash_strings, mix
 from engine.features.templates import CONTEXTS, TOKEN_ATTRIBUTES
 
-FAMILIES = ("grand", "sib")
+FAMILIES = ("grand", "sib", "childseq", "nocross")
 _BINS = np.array([0, 1, 2, 3, 4, 5, 5, 6, 6, 6, 6, 7])
 
 
@@ -68,10 +68,15 @@ def _t(family: str, a: str, b: str, c: str, context: str = "dir") -> TripleTempl
 
 
 def default_second_order(families: Sequence[str]) -> list[TripleTemplate]:
-    """Tag and coarse-tag conjunctions of the three words, with directions and distances."""
+    """Tag and coarse-tag conjunctions of the three words, with directions and distances. NOCROSS
+    factors relate two words (roles a and b), so their templates use the tags of those two."""
     out: list[TripleTemplate] = []
     for fam in families:
         if fam not in FAMILIES:
+            continue
+        if fam == "nocross":
+            out += [_t(fam, "upos", "upos", "", "dir"), _t(fam, "upos", "upos", "", "dist"),
+                    _t(fam, "xpos", "xpos", "", "dir"), _t(fam, "upos", "", "", "dir"), _t(fam, "", "upos", "", "dir")]
             continue
         out += [
             _t(fam, "upos", "upos", "upos", "dir"), _t(fam, "upos", "upos", "upos", "dist"),
@@ -85,17 +90,26 @@ def default_second_order(families: Sequence[str]) -> list[TripleTemplate]:
 
 
 def _directions(family: str, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """A small code per factor: arc directions (GRAND), sides (SIB), side and boundaries (CHILDSEQ:
+    ``(h, a, b)`` with ``a == h`` for the start and ``b == h`` for the stop symbol), order (NOCROSS)."""
     if family == "grand":
         return (a < b).astype(np.int64) * 2 + (b < c)
+    if family == "childseq":
+        side = np.where(b == a, c > a, b > a).astype(np.int64)
+        return side * 4 + (b == a) * 2 + (c == a)
+    if family == "nocross":
+        return (a < b).astype(np.int64)
     return (b > a).astype(np.int64) * 2 + (c > a)
 
 
 def extract_triples(
-    tokens: Tokens, templates: Sequence[TripleTemplate], triples: np.ndarray, dim: int
+    tokens: Tokens, templates: Sequence[TripleTemplate], triples: np.ndarray, dim: int,
+    direction: np.ndarray | None = None,
 ) -> np.ndarray:
     """Feature indices (F, K) int32 for the factors ``triples`` (3, F) of one family.
 
-    ``templates`` must all belong to that family. Index 0 is the null feature."""
+    ``templates`` must all belong to that family; ``direction`` overrides the family's direction
+    code (CHILDSEQ passes the side explicitly). Index 0 is the null feature."""
     f = triples.shape[1]
     out = np.zeros((f, len(templates)), dtype=np.int32)
     if f == 0 or not templates:
@@ -104,13 +118,14 @@ def extract_triples(
     family = templates[0].family
     attrs = sorted({x for t in templates for x in t.a + t.b + t.c})
     codes = {x: hash_strings(_token_attribute(tokens, x)) for x in attrs}
-    direction = _directions(family, a, b, c)
-    far = np.abs(a - c) if family == "grand" else np.abs(b - c)
+    if direction is None:
+        direction = _directions(family, a, b, c)
+    far = np.abs(a - c) if family == "grand" else np.abs(a - b) if family == "nocross" else np.abs(b - c)
     dist = direction * 16 + _BINS[np.minimum(far, len(_BINS) - 1)]
     ctx_codes = {
         "none": None,
-        "dir": hash_strings([f"d{i}" for i in range(4)])[direction],
-        "dist": hash_strings([f"dd{i}" for i in range(64)])[dist],
+        "dir": hash_strings([f"d{i}" for i in range(8)])[direction],
+        "dist": hash_strings([f"dd{i}" for i in range(128)])[dist],
     }
     for k, t in enumerate(templates):
         x = np.full(f, np.uint64(hash_string(t.name)))

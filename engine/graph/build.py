@@ -1,28 +1,42 @@
 """Build one sentence's factor graph from a model's weights and features.
 
 The graph is TREE or PTREE (hard, global) + LINK (first-order scores) + the requested higher-order
-families (GRAND, SIB; later CHILDSEQ, NOCROSS) over the arcs kept by pruning, or, for decoding a
+families (GRAND, SIB, CHILDSEQ, NOCROSS) over the arcs kept by pruning, or, for decoding a
 first-order model under other hard constraints (Smith & Eisner Table 3), LINK + NOT2 / ATMOST1 /
-EXACTLY1 / NO2CYCLE instead of TREE.
+EXACTLY1 / NO2CYCLE instead of TREE. Each higher-order family comes with its features and two
+functions a trainer needs (Smith & Eisner §7): the factor beliefs of its features' events and
+their gold values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from engine.features.extract import Tokens
 from engine.features.second_order import TripleTemplate, extract_triples
-from engine.graph.family import FactorFamily
+from engine.graph.childseq import ChildSeq
+from engine.graph.family import FactorFamily, Messages
 from engine.graph.hard import AtMost1, Exactly1, Link
+from engine.graph.nocross import NoCross
 from engine.graph.pairwise import PairFamily, grand_arcs, hard_pairs, no2cycle_arcs, not2_arcs, sib_arcs
 from engine.graph.tree import Tree
 
-SOFT_FAMILIES = ("grand", "sib")
+SOFT_FAMILIES = ("grand", "sib", "childseq", "nocross")
 CONSTRAINTS = ("tree", "ptree", "exactly1", "atmost1", "not2", "exactly1+no2cycle")
-_ARCS = {"grand": grand_arcs, "sib": sib_arcs}
+
+
+@dataclass
+class SoftTerms:
+    """A higher-order family with its feature indices (F, K) and, per feature row, the factor belief
+    of the event (``expected(incoming) -> (F,)``) and its gold value (``gold(heads) -> (F,)``)."""
+
+    family: FactorFamily
+    features: np.ndarray
+    expected: Callable[[Messages], np.ndarray]
+    gold: Callable[[np.ndarray], np.ndarray]
 
 
 @dataclass
@@ -33,12 +47,98 @@ class SentenceGraph:
     valid: np.ndarray
     families: list[FactorFamily]
     link: Link
-    soft: dict[str, tuple[PairFamily, np.ndarray]] = field(default_factory=dict)  # name -> (family, features)
+    soft: dict[str, SoftTerms] = field(default_factory=dict)
+    link_features: np.ndarray | None = None  # (n+1, n+1, K) first-order feature indices
 
 
-def triples_of(name: str, arcs: np.ndarray) -> np.ndarray:
-    """(3, F) word triples of pairwise factors from their arcs (4, F): GRAND (g, p, c), SIB (h, m, s)."""
-    return np.stack([arcs[0], arcs[1], arcs[3]])
+def _gold_arcs(heads: np.ndarray) -> np.ndarray:
+    y = np.zeros((len(heads), len(heads)))
+    y[heads[1:], np.arange(1, len(heads))] = 1.0
+    return y
+
+
+def _pair_terms(name: str, tokens: Tokens, n: int, valid: np.ndarray, weights: np.ndarray,
+                templates: Sequence[TripleTemplate], offset: int) -> SoftTerms:
+    arcs = (grand_arcs if name == "grand" else sib_arcs)(n, valid)
+    triples = np.stack([arcs[0], arcs[1], arcs[3]])  # GRAND (g, p, c); SIB (h, m, s)
+    feats = extract_triples(tokens, templates, triples, len(weights) - offset) + offset
+    fam = PairFamily(n, valid, arcs, weights[feats].sum(axis=1), name)
+
+    def gold(heads: np.ndarray) -> np.ndarray:
+        y = _gold_arcs(heads)
+        return y[fam.ah, fam.am] * y[fam.bh, fam.bm]
+
+    return SoftTerms(fam, feats, lambda inc: fam.both_true(inc), gold)
+
+
+def childseq_triples(n: int, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(h, a, b) of every consecutive-children event CHILDSEQ can use over the kept arcs, and the
+    side (1 right, 0 left). ``a == h``: first child; ``b == h``: after the last child."""
+    rows, sides = [], []
+    for h in range(n + 1):
+        right = [h] + [m for m in range(h + 1, n + 1) if valid[h, m]]
+        left = [h] + [m for m in range(h - 1, 0, -1) if valid[h, m]]
+        for side, seq in ((1, right), (0, left)):
+            seq_arr = np.array(seq)
+            ia, ib = np.triu_indices(len(seq), 1)
+            a = np.concatenate([seq_arr[ia], seq_arr])
+            b = np.concatenate([seq_arr[ib], np.full(len(seq), h)])
+            rows.append(np.stack([np.full(len(a), h), a, b]))
+            sides.append(np.full(len(a), side))
+    return np.concatenate(rows, axis=1), np.concatenate(sides)
+
+
+def _gold_childseq(heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n1 = len(heads)
+    right, left = np.zeros((n1, n1, n1)), np.zeros((n1, n1, n1))
+    for h in range(n1):
+        kids = np.flatnonzero(heads == h)
+        for table, seq in ((right, [h, *kids[kids > h], h]), (left, [h, *kids[kids < h][::-1], h])):
+            for a, b in zip(seq[:-1], seq[1:], strict=True):
+                table[h, a, b] = 1.0
+    return right, left
+
+
+def _childseq_terms(tokens: Tokens, n: int, valid: np.ndarray, weights: np.ndarray,
+                    templates: Sequence[TripleTemplate], offset: int) -> SoftTerms:
+    triples, side = childseq_triples(n, valid)
+    h, a, b = triples
+    direction = side * 4 + (a == h) * 2 + (b == h)
+    feats = extract_triples(tokens, templates, triples, len(weights) - offset, direction=direction) + offset
+    scores = weights[feats].sum(axis=1)
+    theta = np.zeros((2, n + 1, n + 1, n + 1))  # [left, right]
+    theta[side, h, a, b] = scores
+    fam = ChildSeq(n, valid, theta[1], theta[0])
+
+    def expected(inc: Messages) -> np.ndarray:
+        right, left = fam.expected_pairs(inc)
+        return np.where(side == 1, right[h, a, b], left[h, a, b])
+
+    def gold(heads: np.ndarray) -> np.ndarray:
+        right, left = _gold_childseq(heads)
+        return np.where(side == 1, right[h, a, b], left[h, a, b])
+
+    return SoftTerms(fam, feats, expected, gold)
+
+
+def _nocross_terms(tokens: Tokens, n: int, valid: np.ndarray, weights: np.ndarray,
+                   templates: Sequence[TripleTemplate], offset: int) -> SoftTerms:
+    j, l = np.triu_indices(n + 1, 1)  # noqa: E741
+    keep = j >= 1
+    j, l = j[keep], l[keep]  # noqa: E741
+    feats = extract_triples(tokens, templates, np.stack([j, l, j]), len(weights) - offset) + offset
+    theta = np.zeros((n + 1, n + 1))
+    theta[j, l] = weights[feats].sum(axis=1)
+    fam = NoCross(n, valid, theta)
+
+    def gold(heads: np.ndarray) -> np.ndarray:
+        hj, hl = heads[j], heads[l]
+        lo_j, hi_j = np.minimum(hj, j), np.maximum(hj, j)
+        lo_l, hi_l = np.minimum(hl, l), np.maximum(hl, l)
+        cross = ((lo_j < lo_l) & (lo_l < hi_j) & (hi_j < hi_l)) | ((lo_l < lo_j) & (lo_j < hi_l) & (hi_l < hi_j))
+        return cross.astype(float)
+
+    return SoftTerms(fam, feats, lambda inc: fam.pair_beliefs(inc)[j, l], gold)
 
 
 def build_graph(
@@ -73,12 +173,16 @@ def build_graph(
     families.append(link)
     graph = SentenceGraph(n, valid, families, link)
     for name, family_templates in templates.items():
-        if name not in _ARCS or not family_templates:
+        if not family_templates:
             continue
-        arcs = _ARCS[name](n, valid)
-        feats = extract_triples(tokens, family_templates, triples_of(name, arcs), len(weights) - offset) + offset
-        theta = weights[feats].sum(axis=1) if feats.shape[0] else np.zeros(0)
-        fam = PairFamily(n, valid, arcs, theta, name)
-        families.append(fam)
-        graph.soft[name] = (fam, feats)
+        if name in ("grand", "sib"):
+            terms = _pair_terms(name, tokens, n, valid, weights, family_templates, offset)
+        elif name == "childseq":
+            terms = _childseq_terms(tokens, n, valid, weights, family_templates, offset)
+        elif name == "nocross":
+            terms = _nocross_terms(tokens, n, valid, weights, family_templates, offset)
+        else:
+            raise ValueError(f"unknown factor family {name!r}; known: {SOFT_FAMILIES}")
+        families.append(terms.family)
+        graph.soft[name] = terms
     return graph

@@ -39,17 +39,17 @@ def surrogate_gradient_terms(
     y = np.zeros((n1, n1))
     y[gold_heads[1:], np.arange(1, n1)] = 1.0
     b = np.where(graph.valid, result.beliefs, 0.0)
-    feats = graph.link_features  # type: ignore[attr-defined]
+    feats = graph.link_features
+    assert feats is not None, "the graph was built without its first-order features"
     idx = [feats.reshape(-1)]
     val = [np.repeat((b - y).reshape(-1), feats.shape[-1])]
     pos = {id(f): i for i, f in enumerate(graph.families)}
-    for fam, ffeats in graph.soft.values():
-        if fam.size == 0:
+    for terms in graph.soft.values():
+        if len(terms.features) == 0:
             continue
-        both = fam.both_true(result.incoming[pos[id(fam)]])
-        gold_both = y[fam.ah, fam.am] * y[fam.bh, fam.bm]
-        idx.append(ffeats.reshape(-1))
-        val.append(np.repeat(both - gold_both, ffeats.shape[1]))
+        expected = terms.expected(result.incoming[pos[id(terms.family)]])
+        idx.append(terms.features.reshape(-1))
+        val.append(np.repeat(expected - terms.gold(gold_heads), terms.features.shape[1]))
     col = b[:, 1:].sum(axis=0)
     gold_b = b[gold_heads[1:], np.arange(1, n1)] / np.maximum(col, 1e-300)
     loss = float(-np.log(np.maximum(gold_b, 1e-300)).sum())
