@@ -92,7 +92,11 @@ class BPParser:
         marg = result.beliefs.copy()
         col = marg[:, 1:].sum(axis=0)
         marg[:, 1:] /= np.where(col > 0, col, 1.0)  # per-word head distribution from the beliefs
-        heads = mbr_decode(np.where(graph.valid, result.beliefs, -np.inf), self.constraint)
+        decode_as = self.constraint
+        if self.graph_constraint in ("tree", "ptree"):  # decode in the space the tree factor ranges over
+            decode_as = TreeConstraint("projective" if self.graph_constraint == "ptree" else "nonprojective",
+                                       self.constraint.root)
+        heads = mbr_decode(np.where(graph.valid, result.beliefs, -np.inf), decode_as)
         m = np.arange(1, len(heads))
         labels, label_probs = self.labeler.predict(tokens.upos, heads)
         diag = {"method": "bp", "iterations": result.iterations, "converged": bool(result.converged),

@@ -103,7 +103,8 @@ def test_second_order_training_and_bp_inference(tmp_path: Path, toy: Path, capsy
     assert main(["evaluate", "--model", str(second), "--data", str(toy), "--json", "--bp-iterations", "2"]) == 0
     assert json.loads(capsys.readouterr().out)["uas"] == pytest.approx(100.0)
     # a first-order model through BP (LINK + TREE) gives its exact answer, and other hard constraints run too
-    for extra in (["--inference", "bp"], ["--inference", "bp", "--constraint", "exactly1+no2cycle"]):
+    for extra in (["--inference", "bp"], ["--inference", "bp", "--constraint", "exactly1+no2cycle"],
+                  ["--inference", "bp", "--constraint", "ptree"]):
         assert main(["evaluate", "--model", str(first), "--data", str(toy), "--json", *extra]) == 0
         assert json.loads(capsys.readouterr().out)["uas"] == pytest.approx(100.0)
     assert main(["evaluate", "--model", str(second), "--data", str(toy), "--inference", "exact"]) == 2
