@@ -55,6 +55,8 @@ def _add_model_io(p: argparse.ArgumentParser) -> None:
                    "bp for higher-order ones (exact is only valid for first-order models)")
     p.add_argument("--bp-iterations", type=int, default=5)
     p.add_argument("--schedule", choices=["serial", "flooding"], default="serial")
+    p.add_argument("--no-prune", action="store_true", help="with --inference bp: build the factor graph over all "
+                   "arcs instead of those the model's first-order pruner keeps")
     p.add_argument("--constraint", choices=["tree", "ptree", "exactly1", "atmost1", "not2", "exactly1+no2cycle"],
                    help="with --inference bp: the hard factor to decode under (default: the model's tree)")
 
@@ -101,6 +103,8 @@ def _load_parser(args: argparse.Namespace) -> Any:
     if not isinstance(model, BPParser):
         model = BPParser.from_first_order(model)
     model.decode_constraint = args.constraint
+    if args.no_prune:
+        model.pruner = None
     config = BPConfig(max_iterations=args.bp_iterations, schedule=args.schedule)
     return lambda sentences: model.parse(sentences, config, args.batch_size)
 
