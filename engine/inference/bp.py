@@ -99,9 +99,10 @@ def run_bp(families: Sequence[FactorFamily], valid: np.ndarray, config: BPConfig
                                               for n, o in zip(new, messages[i], strict=True)), default=0.0))
                 incoming[i], messages[i] = inc, new
         else:
+            b = beliefs_of(messages)
             for i in order:
-                b = beliefs_of(messages)
                 inc, new = _update(families[i], b, messages[i], config)
+                b = b + families[i].scatter(new) - families[i].scatter(messages[i])  # beliefs after this visit
                 residual = max(residual, max((float(np.abs(n - o).max(initial=0.0))
                                               for n, o in zip(new, messages[i], strict=True)), default=0.0))
                 incoming[i], messages[i] = inc, new
