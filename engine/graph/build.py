@@ -76,13 +76,13 @@ def childseq_triples(n: int, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     side (1 right, 0 left). ``a == h``: first child; ``b == h``: after the last child."""
     rows, sides = [], []
     for h in range(n + 1):
-        right = [h] + [m for m in range(h + 1, n + 1) if valid[h, m]]
-        left = [h] + [m for m in range(h - 1, 0, -1) if valid[h, m]]
-        for side, seq in ((1, right), (0, left)):
-            seq_arr = np.array(seq)
-            ia, ib = np.triu_indices(len(seq), 1)
+        kids = np.flatnonzero(valid[h])
+        right = np.concatenate([[h], kids[kids > h]])
+        left = np.concatenate([[h], kids[kids < h][::-1]])
+        for side, seq_arr in ((1, right), (0, left)):
+            ia, ib = np.triu_indices(len(seq_arr), 1)
             a = np.concatenate([seq_arr[ia], seq_arr])
-            b = np.concatenate([seq_arr[ib], np.full(len(seq), h)])
+            b = np.concatenate([seq_arr[ib], np.full(len(seq_arr), h)])
             rows.append(np.stack([np.full(len(a), h), a, b]))
             sides.append(np.full(len(a), side))
     return np.concatenate(rows, axis=1), np.concatenate(sides)
