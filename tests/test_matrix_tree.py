@@ -133,3 +133,29 @@ def test_marginals_are_distributions(scores: np.ndarray, single_root: bool) -> N
     np.testing.assert_allclose(marg[:, 1:].sum(axis=0), 1.0, atol=1e-8)
     if single_root:
         assert marg[0, 1:].sum() == pytest.approx(1.0, abs=1e-8)
+
+
+@pytest.mark.parametrize("single_root", ROOT_MODES)
+def test_elimination_with_forbidden_arcs_matches_brute_force(single_root: bool) -> None:
+    """Pruned arcs (-inf), including words that only ROOT may head: the elimination order adapts."""
+    rng = np.random.default_rng(21)
+    checked = 0
+    for _ in range(60):
+        n = int(rng.integers(2, 6))
+        scores = rng.normal(size=(n + 1, n + 1))
+        scores[rng.random((n + 1, n + 1)) < 0.4] = -np.inf
+        scores[0, int(rng.integers(1, n + 1))] = 0.0
+        oracle = brute_force(scores, single_root=single_root, projective=False)
+        if not np.isfinite(oracle.log_partition):
+            with pytest.raises(ValueError, match="no .*tree is possible"):
+                eliminate_marginals(scores, single_root=single_root)
+            continue
+        log_z, marg = eliminate_marginals(scores, single_root=single_root)
+        assert log_z == pytest.approx(oracle.log_partition, abs=1e-9)
+        np.testing.assert_allclose(marg, oracle.marginals, atol=1e-9)
+        checked += 1
+    assert checked > 20
+    only_root = np.zeros((4, 4))
+    only_root[1:, 2] = -np.inf  # word 2 can only attach to ROOT, so it is the single root child
+    _, marg = eliminate_marginals(only_root, single_root=True)
+    assert marg[0, 2] == pytest.approx(1.0)

@@ -74,7 +74,8 @@ def brute_force(scores: np.ndarray, *, single_root: bool, projective: bool) -> B
     trees = enumerate_trees(n, single_root=single_root, projective=projective)
     s = tree_scores(scores, trees)
     log_z = float(logsumexp(s))
-    log_p = s - log_z
+    with np.errstate(invalid="ignore"):  # no tree at all: log_z = -inf
+        log_p = s - log_z
     p = np.exp(log_p)
     marg = np.zeros((n + 1, n + 1))
     for m in range(1, n + 1):

@@ -32,31 +32,49 @@ def _forward(scores: np.ndarray, single_root: bool, keep_tape: bool) -> tuple[fl
     np.fill_diagonal(w, -np.inf)
     log_z = 0.0
     tape: list = []
-    for k in range(n, 0, -1):  # eliminate words n, n-1, ..., 1
-        rest = np.arange(1, k)  # remaining words
-        heads = np.arange(0, k)  # ROOT + remaining words
-        use_root = (not single_root) or k == 1
+    alive = list(range(1, n + 1))
+    while alive:
+        k = _next_word(w, alive, single_root)
+        alive.remove(k)
+        rest = np.array(alive, dtype=np.int64)  # remaining words
+        heads = np.concatenate([[0], rest])  # ROOT + remaining words
+        use_root = (not single_root) or not alive
         inputs = heads if use_root else rest
         d = float(logsumexp(w[inputs, k])) if len(inputs) else -np.inf
         if not np.isfinite(d):
             raise ValueError("no tree is possible under these scores (a word has no allowed head)")
         log_z += d
-        if k > 1:
-            col = w[heads, k]  # (k,)
-            row = w[k, rest]  # (k-1,)
+        if alive:
+            col = w[heads, k]
+            row = w[k, rest]
             old = w[np.ix_(heads, rest)]
             path = col[:, None] + row[None, :] - d
-            path[rest, np.arange(k - 1)] = -np.inf  # h -> k -> h is a cycle, not an arc
+            path[np.arange(1, len(heads)), np.arange(len(rest))] = -np.inf  # h -> k -> h is a cycle
             new = np.logaddexp(old, path)
             w[np.ix_(heads, rest)] = new
             if keep_tape:
                 with np.errstate(invalid="ignore"):
                     sigma = np.where(np.isfinite(new), np.exp(old - new), 0.0)
                     tau = np.where(np.isfinite(new), np.exp(path - new), 0.0)
-                tape.append((k, inputs, w[inputs, k] - d, sigma, tau))
+                tape.append((k, heads, rest, inputs, w[inputs, k] - d, sigma, tau))
         elif keep_tape:
-            tape.append((k, inputs, w[inputs, k] - d, None, None))
+            tape.append((k, heads, rest, inputs, w[inputs, k] - d, None, None))
     return log_z, tape
+
+
+def _next_word(w: np.ndarray, alive: list[int], single_root: bool) -> int:
+    """The next word to eliminate: the last one alive, except that in single-root mode a word that
+    only ROOT can still head (no finite arc from a remaining word) must be eliminated last."""
+    if not single_root or len(alive) == 1:
+        return alive[-1]
+    idx = np.array(alive)
+    sub = w[np.ix_(idx, idx)]
+    has_word_head = np.isfinite(sub).any(axis=0)
+    candidates = idx[has_word_head]
+    if len(candidates) == 0:
+        raise ValueError("no single-root tree is possible under these scores (several words can only "
+                         "attach to ROOT)")
+    return int(candidates[-1])
 
 
 def eliminate_log_partition(scores: np.ndarray, *, single_root: bool) -> float:
@@ -69,11 +87,9 @@ def eliminate_marginals(scores: np.ndarray, *, single_root: bool) -> tuple[float
     scores = np.asarray(scores, dtype=np.float64)
     log_z, tape = _forward(scores, single_root, keep_tape=True)
     grad = np.zeros_like(scores)  # adjoint of the current log weights
-    for k, inputs, log_soft, sigma, tau in reversed(tape):
+    for k, heads, rest, inputs, log_soft, sigma, tau in reversed(tape):
         d_bar = 1.0  # d log Z / d D_k through the sum log Z = sum_k D_k ...
         if sigma is not None:
-            heads = np.arange(0, k)
-            rest = np.arange(1, k)
             g = grad[np.ix_(heads, rest)]
             gt = g * tau
             grad[np.ix_(heads, rest)] = g * sigma
