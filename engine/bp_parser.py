@@ -12,12 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 
-import engine
 from engine.data.batching import length_batches
 from engine.decode.labeler import CountLabeler
 from engine.decode.mbr import mbr_decode
@@ -25,10 +23,11 @@ from engine.features.extract import FeatureExtractor, Tokens
 from engine.features.second_order import TripleTemplate
 from engine.features.templates import ArcTemplate
 from engine.graph.build import SentenceGraph, build_graph
+from engine.graph.family import all_arcs
 from engine.inference.bp import BPConfig, BPResult, run_bp
 from engine.inference.exact import TreeConstraint, exact_marginals
 from engine.model.store import ModelError, load_model, read_manifest, save_model
-from engine.parser import FirstOrderParser, ParsedSentence
+from engine.parser import FirstOrderParser, ParsedSentence, model_manifest
 from engine.scoring.potentials import arc_scores
 from engine.scoring.pruning import PruneConfig, prune_arcs
 
@@ -73,9 +72,7 @@ class BPParser:
             for j, i in enumerate(idx):
                 n1 = link.shape[-1]
                 if self.pruner is None:
-                    valid = np.ones((n1, n1), dtype=bool)
-                    valid[:, 0] = False
-                    np.fill_diagonal(valid, False)
+                    valid = all_arcs(n1 - 1)
                     keep = np.full(n1, -1)
                 else:
                     keep = mbr_decode(prune_marg[j], self.constraint)
@@ -114,17 +111,9 @@ class BPParser:
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> None:
-        manifest = {
-            **self.manifest, **(extra or {}),
-            "engine_version": engine.__version__,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "order": 2,
-            "tree": {"tree": self.constraint.tree, "root": self.constraint.root},
-            "features": {"dim": self.extractor.dim, "templates": [t.name for t in self.extractor.templates],
-                         "second_order": {k: [t.name for t in v] for k, v in self.templates.items()}},
-            "pruning": {"ratio": self.prune.ratio, "max_heads": self.prune.max_heads},
-            "labeler": self.labeler.to_json(),
-        }
+        manifest = model_manifest(self.manifest, extra, 2, self.extractor, self.constraint, self.labeler)
+        manifest["features"]["second_order"] = {k: [t.name for t in v] for k, v in self.templates.items()}
+        manifest["pruning"] = {"ratio": self.prune.ratio, "max_heads": self.prune.max_heads}
         arrays = {"weights": self.weights.astype(np.float32)}
         if self.pruner is not None:
             arrays["pruner"] = self.pruner.astype(np.float32)

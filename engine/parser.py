@@ -39,6 +39,20 @@ class ParsedSentence:
     diagnostics: dict[str, Any] | None = None  # BP: iterations, converged, residual
 
 
+def model_manifest(base: dict[str, Any], extra: dict[str, Any] | None, order: int, extractor: FeatureExtractor,
+                   constraint: TreeConstraint, labeler: CountLabeler) -> dict[str, Any]:
+    """The manifest fields every model shares (JSON; arrays are added by ``save_model``)."""
+    return {
+        **base, **(extra or {}),
+        "engine_version": engine.__version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "order": order,
+        "tree": {"tree": constraint.tree, "root": constraint.root},
+        "features": {"dim": extractor.dim, "templates": [t.name for t in extractor.templates]},
+        "labeler": labeler.to_json(),
+    }
+
+
 @dataclass
 class FirstOrderParser:
     extractor: FeatureExtractor
@@ -67,16 +81,7 @@ class FirstOrderParser:
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> None:
-        manifest = {
-            **self.manifest,
-            **(extra or {}),
-            "engine_version": engine.__version__,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "order": 1,
-            "tree": {"tree": self.constraint.tree, "root": self.constraint.root},
-            "features": {"dim": self.extractor.dim, "templates": [t.name for t in self.extractor.templates]},
-            "labeler": self.labeler.to_json(),
-        }
+        manifest = model_manifest(self.manifest, extra, 1, self.extractor, self.constraint, self.labeler)
         save_model(directory, manifest, {"weights": self.weights.astype(np.float32)})
 
     @classmethod

@@ -5,19 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.graph.family import all_arcs as _valid
 from engine.graph.hard import Exactly1, Link
 from engine.graph.oracle import assignment_marginals, tree_marginals
 from engine.graph.pairwise import PairFamily, grand_arcs, sib_arcs
 from engine.graph.tree import Tree
 from engine.inference.bp import BPConfig, run_bp
 from engine.inference.brute_force import brute_force
-
-
-def _valid(n: int) -> np.ndarray:
-    valid = np.ones((n + 1, n + 1), dtype=bool)
-    valid[:, 0] = False
-    np.fill_diagonal(valid, False)
-    return valid
 
 
 @pytest.mark.parametrize("schedule", ["flooding", "serial"])

@@ -9,17 +9,11 @@ import pytest
 from scipy.special import logsumexp
 
 from engine.graph.childseq import ChildSeq
+from engine.graph.family import all_arcs as _valid
 from engine.graph.hard import Link
 from engine.graph.oracle import all_assignments, arc_family_messages, tree_marginals
 from engine.graph.tree import Tree
 from engine.inference.bp import BPConfig, run_bp
-
-
-def _valid(n: int) -> np.ndarray:
-    valid = np.ones((n + 1, n + 1), dtype=bool)
-    valid[:, 0] = False
-    np.fill_diagonal(valid, False)
-    return valid
 
 
 def _family(n: int, seed: int, scale: float = 1.0, valid: np.ndarray | None = None) -> ChildSeq:

@@ -5,18 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.graph.family import all_arcs as _valid
 from engine.graph.family import exclusive_logsumexp
 from engine.graph.hard import AtMost1, Exactly1, Link
 from engine.graph.oracle import arc_family_messages
 from engine.graph.pairwise import PairFamily, grand_arcs, hard_pairs, no2cycle_arcs, not2_arcs, sib_arcs
 from engine.graph.tree import Tree
-
-
-def _valid(n: int) -> np.ndarray:
-    valid = np.ones((n + 1, n + 1), dtype=bool)
-    valid[:, 0] = False
-    np.fill_diagonal(valid, False)
-    return valid
 
 
 @pytest.mark.parametrize("n", [2, 3])

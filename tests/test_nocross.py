@@ -9,19 +9,13 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
+from engine.graph.family import all_arcs as _valid
 from engine.graph.hard import Exactly1, Link
 from engine.graph.nocross import NoCross
 from engine.graph.oracle import arc_family_messages, assignment_marginals, tree_marginals
 from engine.graph.tree import Tree
 from engine.inference.bp import BPConfig, run_bp
 from engine.inference.brute_force import enumerate_trees
-
-
-def _valid(n: int) -> np.ndarray:
-    valid = np.ones((n + 1, n + 1), dtype=bool)
-    valid[:, 0] = False
-    np.fill_diagonal(valid, False)
-    return valid
 
 
 def _cross(a: tuple[int, int], b: tuple[int, int]) -> bool:

@@ -60,6 +60,14 @@ class ArcFamily(FactorFamily):
         return np.where(self.valid, messages[0], 0.0)
 
 
+def all_arcs(n: int) -> np.ndarray:
+    """(n+1, n+1) mask of every possible arc h -> m: no arc into ROOT, no self loop."""
+    valid = np.ones((n + 1, n + 1), dtype=bool)
+    valid[:, 0] = False
+    np.fill_diagonal(valid, False)
+    return valid
+
+
 def exclusive_logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
     """``out[i] = log sum_{j != i} exp(x[j])`` along ``axis``, without subtraction (prefix/suffix sums)."""
     x = np.moveaxis(x, axis, 0)
