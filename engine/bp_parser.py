@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from engine.data.batching import length_batches
+from engine.decode.distribution import TreeDistribution
 from engine.decode.labeler import CountLabeler
 from engine.decode.mbr import mbr_decode
 from engine.features.extract import FeatureExtractor, Tokens
@@ -98,7 +99,11 @@ class BPParser:
         labels, label_probs = self.labeler.predict(tokens.upos, heads)
         diag = {"method": "bp", "iterations": result.iterations, "converged": bool(result.converged),
                 "residual": float(result.residual), "arcs": int(graph.valid.sum())}
-        return ParsedSentence(heads, marg[heads[1:], m], marg, None, labels, label_probs, diag)
+        dist = None
+        if self.graph_constraint in ("tree", "ptree"):  # the tree factor's belief (Smith & Eisner §6)
+            tree_scores = np.where(graph.valid, result.incoming[0][0], -np.inf)
+            dist = TreeDistribution(tree_scores, decode_as, "bp-tree-factor")
+        return ParsedSentence(heads, marg[heads[1:], m], marg, None, labels, label_probs, diag, dist)
 
     def parse(self, sentences: Sequence[Tokens], config: BPConfig | None = None,
               batch_size: int = 64) -> list[ParsedSentence]:

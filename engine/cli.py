@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_io(p)
     p.add_argument("--input", help="input CoNLL-U file (default: stdin)")
     p.add_argument("--output", help="output CoNLL-U file (default: stdout)")
+    alt = p.add_mutually_exclusive_group()
+    alt.add_argument("--kbest", type=int, metavar="K", help="write the K most probable trees of each sentence")
+    alt.add_argument("--samples", type=int, metavar="N", help="write N trees sampled from each sentence's distribution")
+    p.add_argument("--seed", type=int, help="random seed for --samples")
     p = sub.add_parser("score", help="score a parsed CoNLL-U file against the gold file")
     p.add_argument("--gold", required=True)
     p.add_argument("--pred", required=True)
@@ -86,8 +90,8 @@ class UsageError(ValueError):
     """A combination of options that cannot work, explained."""
 
 
-def _load_parser(args: argparse.Namespace) -> Any:
-    """An object whose ``parse(sentences)`` runs the requested inference with the model."""
+def _load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The model and a function ``parse(sentences)`` running the requested inference with it."""
     from engine.bp_parser import BPParser, load_any
     from engine.inference.bp import BPConfig
 
@@ -99,14 +103,14 @@ def _load_parser(args: argparse.Namespace) -> Any:
                              "first-order models; use --inference bp")
         if args.constraint:
             raise UsageError("--constraint needs --inference bp")
-        return lambda sentences: model.parse(sentences, args.batch_size)
+        return model, lambda sentences: model.parse(sentences, args.batch_size)
     if not isinstance(model, BPParser):
         model = BPParser.from_first_order(model)
     model.decode_constraint = args.constraint
     if args.no_prune:
         model.pruner = None
     config = BPConfig(max_iterations=args.bp_iterations, schedule=args.schedule)
-    return lambda sentences: model.parse(sentences, config, args.batch_size)
+    return model, lambda sentences: model.parse(sentences, config, args.batch_size)
 
 
 def _check_parsable(sentences: list[Any], source: str) -> None:
@@ -213,7 +217,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from engine.evaluation.metrics import attachment_scores
 
     start = time.perf_counter()
-    parse = _load_parser(args)
+    _, parse = _load_parser(args)
     gold = read_conllu(args.data)
     _check_parsable(gold, args.data)
     parsed = parse(gold)
@@ -236,18 +240,46 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
-    parse = _load_parser(args)
+    model, parse = _load_parser(args)
     source = args.input or "<stdin>"
     sentences = read_conllu(args.input if args.input else sys.stdin, name=source, strict_heads=False)
     _check_parsable(sentences, source)
+    for flag, value, limit in (("--kbest", args.kbest, 1000), ("--samples", args.samples, 100000)):
+        if value is not None and not 1 <= value <= limit:
+            raise UsageError(f"{flag} must be between 1 and {limit}, got {value}")
     parsed = parse(sentences)
-    blocks = [
-        format_sentence(s, heads=p.heads, deprels=p.deprels,
-                        misc={"HeadProb": [f"{x:.4f}" for x in p.head_probs]})
-        for s, p in zip(sentences, parsed, strict=True)
-    ]
+    blocks = []
+    for i, (s, p) in enumerate(zip(sentences, parsed, strict=True)):
+        if args.kbest is None and args.samples is None:
+            blocks.append(_block(s, p, p.heads, p.deprels))
+            continue
+        if p.distribution is None:
+            raise UsageError("--kbest and --samples need a tree distribution: exact inference, or BP with a "
+                             "TREE/PTREE factor")
+        if args.kbest is not None:
+            trees, key = p.distribution.kbest(args.kbest), "kbest_rank"
+        else:
+            seed = None if args.seed is None else args.seed + i
+            trees, key = p.distribution.sample(args.samples, seed), "sample_index"
+        for rank, (log_prob, heads) in enumerate(trees, start=1):
+            comments = [f"# {key} = {rank}", f"# log_prob = {log_prob:.6f}",
+                        f"# distribution = {p.distribution.source}"]
+            blocks.append(_block(s, p, heads, model.labeler.predict(s.upos, heads)[0], comments))
     write_conllu(blocks, args.output if args.output else sys.stdout)
     return 0
+
+
+def _block(sentence: Any, parsed: Any, heads: np.ndarray, deprels: list[str],
+           comments: list[str] | None = None) -> str:
+    """A sentence block with the given tree and labels, and each head's marginal as HeadProb."""
+    m = np.arange(1, len(heads))
+    probs = parsed.marginals[heads[1:], m]
+    text = format_sentence(sentence, heads=heads, deprels=deprels, misc={"HeadProb": [f"{x:.4f}" for x in probs]})
+    if not comments:
+        return text
+    lines = text.split("\n")
+    at = next((k for k, line in enumerate(lines) if not line.startswith("#")), 0)  # after the block's comments
+    return "\n".join(lines[:at] + comments + lines[at:])
 
 
 def cmd_score(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ import numpy as np
 
 import engine
 from engine.data.batching import length_batches
+from engine.decode.distribution import TreeDistribution
 from engine.decode.labeler import CountLabeler
 from engine.decode.mbr import mbr_decode
 from engine.features.extract import FeatureExtractor, Tokens
@@ -37,6 +38,7 @@ class ParsedSentence:
     deprels: list[str]
     label_probs: np.ndarray
     diagnostics: dict[str, Any] | None = None  # BP: iterations, converged, residual
+    distribution: TreeDistribution | None = None  # the distribution over trees behind the marginals
 
 
 def model_manifest(base: dict[str, Any], extra: dict[str, Any] | None, order: int, extractor: FeatureExtractor,
@@ -76,7 +78,9 @@ class FirstOrderParser:
                 heads = mbr_decode(marg[j], self.constraint)
                 m = np.arange(1, len(heads))
                 labels, label_probs = self.labeler.predict(sentences[i].upos, heads)
-                out[i] = ParsedSentence(heads, marg[j][heads[1:], m], marg[j], float(log_z[j]), labels, label_probs)
+                dist = TreeDistribution.with_marginals(scores[j], self.constraint, "exact", float(log_z[j]), marg[j])
+                out[i] = ParsedSentence(heads, marg[j][heads[1:], m], marg[j], float(log_z[j]), labels, label_probs,
+                                        None, dist)
         return out  # type: ignore[return-value]
 
     # -- persistence ---------------------------------------------------------------------------

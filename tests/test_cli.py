@@ -107,8 +107,37 @@ def test_second_order_training_and_bp_inference(tmp_path: Path, toy: Path, capsy
                   ["--inference", "bp", "--constraint", "ptree"]):
         assert main(["evaluate", "--model", str(first), "--data", str(toy), "--json", *extra]) == 0
         assert json.loads(capsys.readouterr().out)["uas"] == pytest.approx(100.0)
+    kbest = tmp_path / "kbest.conllu"
+    assert main(["parse", "--model", str(second), "--input", str(toy), "--output", str(kbest), "--kbest", "2"]) == 0
+    assert kbest.read_text(encoding="utf-8").count("# distribution = bp-tree-factor") == 20
+    assert main(["parse", "--model", str(first), "--input", str(toy), "--inference", "bp", "--constraint", "atmost1",
+                 "--kbest", "2"]) == 2
+    assert "need a tree distribution" in capsys.readouterr().err
     assert main(["evaluate", "--model", str(second), "--data", str(toy), "--inference", "exact"]) == 2
     assert "only valid for first-order models" in capsys.readouterr().err
     assert main(["train", "--train", str(toy), "--out", str(tmp_path / "x"), "--order", "2",
                  "--factors", "grand,cousin"]) == 2
     assert "cousin" in capsys.readouterr().err
+
+
+def test_parse_kbest_and_samples(tmp_path: Path, toy: Path) -> None:
+    model = tmp_path / "model"
+    assert main(["train", "--train", str(toy), "--out", str(model), "--epochs", "1", "--dim", "2048", "--quiet"]) == 0
+    out = tmp_path / "kbest.conllu"
+    assert main(["parse", "--model", str(model), "--input", str(toy), "--output", str(out), "--kbest", "3"]) == 0
+    text = out.read_text(encoding="utf-8")
+    # the toy file has 10 sentences; sentence 2 has 3 words (3 single-root trees), sentence 1 has 4 (16)
+    assert text.count("# kbest_rank = 1\n") == 10 and text.count("# kbest_rank = 3\n") == 10
+    assert text.count("# distribution = exact") == 30
+    log_probs = [float(line.split("=")[1]) for line in text.splitlines() if line.startswith("# log_prob")]
+    assert all(a >= b - 1e-9 for a, b in zip(log_probs[0:3], log_probs[1:3], strict=False))
+    blocks = read_conllu(out)
+    assert len(blocks) == 30 and all(b.heads is not None for b in blocks)
+    runs = []
+    for _ in range(2):
+        path = tmp_path / "samples.conllu"
+        assert main(["parse", "--model", str(model), "--input", str(toy), "--output", str(path), "--samples", "4",
+                     "--seed", "7"]) == 0
+        runs.append(path.read_text(encoding="utf-8"))
+    assert runs[0] == runs[1] and runs[0].count("# sample_index = 4\n") == 10
+    assert main(["parse", "--model", str(model), "--input", str(toy), "--kbest", "0"]) == 2
