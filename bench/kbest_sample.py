@@ -10,11 +10,10 @@ milliseconds, for both root modes and both projectivity modes. Prints one JSON o
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _timing import median_ms
 
 from engine.data.conllu_io import read_conllu
 from engine.decode.kbest_nonprojective import kbest_arborescences
@@ -26,15 +25,6 @@ from engine.scoring.potentials import arc_scores
 ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT.parent / "shared" / "data" / "ud" / "en_ewt" / "en_ewt-ud-dev.conllu"
 
-
-def median_ms(fn: Callable[[], object], repeat: int = 20) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return round(1000 * float(np.median(times)), 2)
 
 
 def main() -> None:

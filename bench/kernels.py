@@ -9,25 +9,14 @@ median of repeated calls, in milliseconds. Prints one JSON object.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 
 import numpy as np
+from _timing import median_ms
 
 from engine.decode.mst import max_spanning_arborescence
 from engine.inference.eisner import eisner_marginals, eisner_viterbi
 from engine.inference.matrix_tree import matrix_tree_marginals
 from engine.inference.tree_elimination import eliminate_marginals
-
-
-def median_ms(fn: Callable[[], object], repeat: int = 20) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return round(1000 * float(np.median(times)), 3)
 
 
 def main() -> None:
