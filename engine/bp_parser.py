@@ -22,13 +22,12 @@ from engine.decode.labeler import CountLabeler
 from engine.decode.mbr import mbr_decode
 from engine.features.extract import FeatureExtractor, Tokens
 from engine.features.second_order import TripleTemplate
-from engine.features.templates import ArcTemplate
 from engine.graph.build import SentenceGraph, build_graph
 from engine.graph.family import all_arcs
 from engine.inference.bp import BPConfig, BPResult, run_bp
 from engine.inference.exact import TreeConstraint, exact_marginals
 from engine.model.store import ModelError, load_model, read_manifest, save_model
-from engine.parser import FirstOrderParser, ParsedSentence, model_manifest
+from engine.parser import FirstOrderParser, ParsedSentence, load_common, model_manifest
 from engine.scoring.potentials import arc_scores
 from engine.scoring.pruning import PruneConfig, prune_arcs
 
@@ -128,14 +127,11 @@ class BPParser:
     def load(cls, directory: str | os.PathLike[str]) -> BPParser:
         stored = load_model(directory)
         man = stored.manifest
+        extractor, constraint, labeler = load_common(directory, man)
         try:
-            first = tuple(ArcTemplate.parse(t) for t in man["features"]["templates"])
-            extractor = FeatureExtractor(first, int(man["features"]["dim"]))
             second = {k: tuple(TripleTemplate.parse(t) for t in v)
                       for k, v in man["features"].get("second_order", {}).items()}
-            constraint = TreeConstraint(**man["tree"])
             prune = PruneConfig(**man.get("pruning", {}))
-            labeler = CountLabeler.from_json(man["labeler"])
         except (KeyError, TypeError, ValueError) as e:
             raise ModelError(f"{directory}: manifest is incomplete or inconsistent ({e})") from e
         weights = stored.arrays["weights"].astype(np.float64)

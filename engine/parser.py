@@ -91,15 +91,19 @@ class FirstOrderParser:
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> FirstOrderParser:
         stored = load_model(directory)
-        man = stored.manifest
-        try:
-            templates = tuple(ArcTemplate.parse(t) for t in man["features"]["templates"])
-            extractor = FeatureExtractor(templates, int(man["features"]["dim"]))
-            constraint = TreeConstraint(**man["tree"])
-            labeler = CountLabeler.from_json(man["labeler"])
-            weights = stored.arrays["weights"].astype(np.float64)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ModelError(f"{directory}: manifest is incomplete or inconsistent ({e})") from e
+        extractor, constraint, labeler = load_common(directory, stored.manifest)
+        weights = stored.arrays["weights"].astype(np.float64)
         if weights.shape != (extractor.dim,):
             raise ModelError(f"{directory}: weights have shape {weights.shape}, features need ({extractor.dim},)")
-        return cls(extractor, weights, constraint, labeler, man)
+        return cls(extractor, weights, constraint, labeler, stored.manifest)
+
+
+def load_common(directory: str | os.PathLike[str],
+                manifest: dict[str, Any]) -> tuple[FeatureExtractor, TreeConstraint, CountLabeler]:
+    """The parts every model's manifest describes: first-order features, tree constraint, labeller."""
+    try:
+        templates = tuple(ArcTemplate.parse(t) for t in manifest["features"]["templates"])
+        extractor = FeatureExtractor(templates, int(manifest["features"]["dim"]))
+        return extractor, TreeConstraint(**manifest["tree"]), CountLabeler.from_json(manifest["labeler"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ModelError(f"{directory}: manifest is incomplete or inconsistent ({e})") from e

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+from trees import assert_valid_tree
 
-from engine.inference.brute_force import brute_force, enumerate_trees, is_projective, tree_scores
+from engine.inference.brute_force import brute_force, enumerate_trees, tree_scores
 from engine.inference.eisner import eisner_inside, eisner_marginals, eisner_viterbi
 
 ROOT_MODES = [False, True]
@@ -19,19 +20,6 @@ def tree_score(scores: np.ndarray, heads: np.ndarray) -> float:
     return float(tree_scores(scores, heads[None, :])[0])
 
 
-def assert_valid_tree(heads: np.ndarray, n: int, single_root: bool) -> None:
-    """``heads`` (n+1,) is a projective dependency tree over n words rooted at 0."""
-    assert heads.shape == (n + 1,)
-    assert heads[0] == -1
-    words = np.arange(1, n + 1)
-    assert ((heads[1:] >= 0) & (heads[1:] <= n) & (heads[1:] != words)).all()
-    cur = words.copy()
-    for _ in range(n):  # every word reaches ROOT within n steps: no cycles
-        cur = np.where(cur == 0, 0, heads[cur])
-    assert (cur == 0).all()
-    assert is_projective(heads)
-    if single_root:
-        assert (heads[1:] == 0).sum() == 1
 
 
 @pytest.mark.parametrize("single_root", ROOT_MODES)

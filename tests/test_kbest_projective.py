@@ -7,9 +7,10 @@ from functools import cache
 
 import numpy as np
 import pytest
+from trees import assert_valid_tree
 
 from engine.decode.kbest_projective import kbest_projective
-from engine.inference.brute_force import enumerate_trees, is_projective, tree_scores
+from engine.inference.brute_force import enumerate_trees, tree_scores
 from engine.inference.eisner import eisner_viterbi
 
 ROOT_MODES = [False, True]
@@ -28,18 +29,6 @@ def oracle_scores(scores: np.ndarray, single_root: bool) -> np.ndarray:
     return s[np.isfinite(s)]
 
 
-def assert_valid_tree(heads: np.ndarray, n: int, single_root: bool) -> None:
-    assert heads.shape == (n + 1,) and heads.dtype == np.int64
-    assert heads[0] == -1
-    words = np.arange(1, n + 1)
-    assert ((heads[1:] >= 0) & (heads[1:] <= n) & (heads[1:] != words)).all()
-    cur = words.copy()
-    for _ in range(n):  # every word reaches ROOT within n steps: no cycles
-        cur = np.where(cur == 0, 0, heads[cur])
-    assert (cur == 0).all()
-    assert is_projective(heads)
-    if single_root:
-        assert (heads[1:] == 0).sum() == 1
 
 
 def check_kbest(scores: np.ndarray, k: int, single_root: bool, *, exact: bool = False) -> list:
