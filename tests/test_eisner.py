@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from hypothesis.extra.numpy import arrays
-from trees import assert_valid_tree
+from trees import assert_valid_tree, score_matrices
 
 from engine.inference.brute_force import brute_force, enumerate_trees, tree_scores
 from engine.inference.eisner import eisner_inside, eisner_marginals, eisner_viterbi
@@ -152,9 +151,7 @@ def test_no_finite_tree() -> None:
 
 @settings(max_examples=80, deadline=None)
 @given(
-    st.integers(1, 15).flatmap(
-        lambda n: arrays(np.float64, (n + 1, n + 1), elements=st.floats(-30, 30, allow_nan=False))
-    ),
+    score_matrices(15),
     st.booleans(),
 )
 def test_properties(scores: np.ndarray, single_root: bool) -> None:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from hypothesis.extra.numpy import arrays
+from trees import score_matrices
 
 from engine.inference.brute_force import brute_force
 from engine.inference.matrix_tree import matrix_tree_log_partition, matrix_tree_marginals
@@ -119,9 +119,7 @@ def test_forbidden_arcs() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.integers(1, 12).flatmap(
-        lambda n: arrays(np.float64, (n + 1, n + 1), elements=st.floats(-30, 30, allow_nan=False))
-    ),
+    score_matrices(12),
     st.booleans(),
 )
 def test_marginals_are_distributions(scores: np.ndarray, single_root: bool) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from engine.inference.brute_force import is_projective
 
@@ -21,3 +23,10 @@ def assert_valid_tree(heads: np.ndarray, n: int, single_root: bool, *, projectiv
         assert is_projective(heads)
     if single_root:
         assert (heads[1:] == 0).sum() == 1
+
+
+def score_matrices(max_n: int, bound: float = 30.0) -> st.SearchStrategy[np.ndarray]:
+    """Hypothesis strategy: (n+1, n+1) float score matrices, 1 <= n <= max_n, entries in [-bound, bound]."""
+    return st.integers(1, max_n).flatmap(
+        lambda n: arrays(np.float64, (n + 1, n + 1), elements=st.floats(-bound, bound, allow_nan=False))
+    )
