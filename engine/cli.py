@@ -11,13 +11,13 @@ import json
 import logging
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from engine.data.conllu_io import ConlluError, format_sentence, read_conllu, write_conllu
 from engine.model.store import ModelError
+from engine.training.pipeline import check_parsable
 
 log = logging.getLogger("engine")
 
@@ -113,104 +113,21 @@ def _load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
     return model, lambda sentences: model.parse(sentences, config, args.batch_size)
 
 
-def _check_parsable(sentences: list[Any], source: str) -> None:
-    for s in sentences:
-        if s.n == 0:
-            raise ConlluError(source, s.start_line, "sentence has no words")
-
-
-def _scores(gold: list[Any], parsed: list[Any]) -> dict[str, Any]:
-    from engine.evaluation.metrics import attachment_scores
-
-    return attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
-                             [p.head_probs for p in parsed])
-
-
 def cmd_train(args: argparse.Namespace) -> int:
-    from engine.bp_parser import BPParser, load_any
-    from engine.decode.labeler import CountLabeler
-    from engine.features.extract import FeatureExtractor
-    from engine.features.second_order import default_second_order
-    from engine.features.templates import default_first_order
-    from engine.inference.bp import BPConfig
-    from engine.inference.exact import TreeConstraint
-    from engine.model.store import file_sha256
-    from engine.parser import FirstOrderParser
-    from engine.training.cll import TrainConfig, train_cll
-    from engine.training.surrogate import train_surrogate
+    from engine.training.pipeline import TrainOptions, TrainOptionsError, train_model
 
-    lr = args.learning_rate if args.learning_rate is not None else (0.2 if args.order == 1 else 0.05)
-    config = TrainConfig(args.epochs, args.batch_size, lr, args.l2, args.seed, not args.no_average)
-    constraint = TreeConstraint(args.tree, args.root)
-    families = [f for f in args.factors.split(",") if f] if args.order == 2 else []
-    unknown = sorted(set(families) - {"grand", "sib", "childseq", "nocross"})
-    if unknown:
-        raise UsageError(f"unknown factor families: {', '.join(unknown)} (available: grand, sib, childseq, nocross)")
-    train = read_conllu(args.train)
-    if args.max_sentences:
-        train = train[: args.max_sentences]
-    dev = read_conllu(args.dev) if args.dev else None
-    _check_parsable(train, args.train)
-    labeler = CountLabeler.fit(train)
-    provenance = {"train_file": Path(args.train).name, "train_sha256": file_sha256(args.train),
-                  "train_sentences": len(train), "dev_file": Path(args.dev).name if args.dev else None,
-                  "dev_sha256": file_sha256(args.dev) if args.dev else None}
-
-    if args.order == 2 and args.pruner:
-        first = load_any(args.pruner)
-        if not isinstance(first, FirstOrderParser) or first.constraint != constraint:
-            raise UsageError(f"--pruner {args.pruner} must be a first-order model with --tree {args.tree} "
-                             f"--root {args.root}")
-        first.labeler = labeler
-    else:
-        extractor = FeatureExtractor(tuple(default_first_order()), args.dim)
-        first = FirstOrderParser(extractor, np.zeros(args.dim), constraint, labeler, {})
-
-        def dev_uas_first(weights: np.ndarray) -> float:
-            first.weights = weights
-            return _scores(dev, first.parse(dev))["uas"]
-
-        result = train_cll(extractor, constraint, train, config if args.order == 1 else
-                           TrainConfig(8, args.batch_size, 0.2, args.l2, args.seed), dev_uas_first if dev else None,
-                           not args.quiet)
-        first.weights = result.weights
-        if result.interrupted and args.order == 2:
-            args.order = 1  # stopped while training the pruner: save what we have as a first-order model
-    model: Any = first
-    training: dict[str, Any] = {}
-    if args.order == 2:
-        model = BPParser.from_first_order(first, {f: tuple(default_second_order([f])) for f in families},
-                                          args.second_dim, prune=True)
-        bp = BPConfig(max_iterations=args.bp_iterations, schedule="serial")
-        inference = BPConfig(max_iterations=5, schedule="serial")
-
-        def dev_uas(weights: np.ndarray) -> float:
-            saved, model.weights = model.weights, weights
-            try:
-                return _scores(dev, model.parse(dev, inference))["uas"]
-            finally:
-                model.weights = saved
-
-        result = train_surrogate(model, train, config, bp, dev_uas if dev else None, not args.quiet)
-        training = {"objective": "surrogate-cll", "factors": families}
-    else:
-        training = {"objective": "cll"}
-    dev_scores = None
-    if dev:
-        dev_scores = _scores(dev, model.parse(dev) if args.order == 1 else
-                             model.parse(dev, BPConfig(max_iterations=5, schedule="serial")))
-    model.save(args.out, {
-        "name": args.name or Path(args.out).name,
-        "training": {**training, **result.config, **provenance, "skipped_trees": result.skipped,
-                     "best_epoch": result.best_epoch, "history": result.history,
-                     "seconds": round(result.seconds, 1), "interrupted": result.interrupted},
-        "metrics": {"dev": dev_scores},
-    })
-    summary = {"model": args.out, "order": args.order, "best_epoch": result.best_epoch,
-               "seconds": round(result.seconds, 1), "skipped_trees": result.skipped,
-               "interrupted": result.interrupted, "dev": dev_scores}
+    try:
+        options = TrainOptions(
+            order=args.order, tree=args.tree, root=args.root, epochs=args.epochs, batch_size=args.batch_size,
+            learning_rate=args.learning_rate, l2=args.l2, dim=args.dim, seed=args.seed, average=not args.no_average,
+            max_sentences=args.max_sentences or None, factors=tuple(f for f in args.factors.split(",") if f),
+            bp_iterations=args.bp_iterations, second_dim=args.second_dim, name=args.name)
+        summary = train_model(args.train, args.dev, args.out, options, pruner_path=args.pruner,
+                              progress=not args.quiet)
+    except TrainOptionsError as e:
+        raise UsageError(str(e)) from e
     print(json.dumps(summary, indent=2))
-    return 130 if result.interrupted else 0
+    return 130 if summary["interrupted"] else 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -219,7 +136,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     _, parse = _load_parser(args)
     gold = read_conllu(args.data)
-    _check_parsable(gold, args.data)
+    check_parsable(gold, args.data)
     parsed = parse(gold)
     seconds = time.perf_counter() - start
     scores = attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
@@ -243,7 +160,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
     model, parse = _load_parser(args)
     source = args.input or "<stdin>"
     sentences = read_conllu(args.input if args.input else sys.stdin, name=source, strict_heads=False)
-    _check_parsable(sentences, source)
+    check_parsable(sentences, source)
     for flag, value, limit in (("--kbest", args.kbest, 1000), ("--samples", args.samples, 100000)):
         if value is not None and not 1 <= value <= limit:
             raise UsageError(f"{flag} must be between 1 and {limit}, got {value}")

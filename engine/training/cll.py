@@ -119,8 +119,13 @@ def train_cll(
     config: TrainConfig,
     dev_score: Callable[[np.ndarray], float] | None = None,
     progress: bool = True,
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> TrainResult:
-    """Train weights by CLL + AdaGrad; ``dev_score(weights)`` picks the best epoch (higher is better)."""
+    """Train weights by CLL + AdaGrad; ``dev_score(weights)`` picks the best epoch (higher is better).
+
+    ``on_batch(done, total)`` is called after every batch with the number of batches done so far and the
+    total over all epochs. An exception it raises propagates (unlike Ctrl-C, it does not keep a model).
+    """
     start = time.perf_counter()
     keep, skipped = usable_trees(train, constraint)
     for reason, count in skipped.items():
@@ -128,6 +133,7 @@ def train_cll(
             log.warning("skipped %d of %d training trees (%s)", count, len(train), reason)
     batches = prepare_batches(extractor, [train[i] for i in keep], config.batch_size, progress)
     n_sent = len(keep)
+    total_batches, done = config.epochs * len(batches), 0
     rng = np.random.default_rng(config.seed)
     w = np.zeros(extractor.dim)
     g2 = np.zeros(extractor.dim)
@@ -153,6 +159,9 @@ def train_cll(
                 w -= config.learning_rate * grad / (np.sqrt(g2) + 1e-8)
                 w_sum += w
                 steps += 1
+                done += 1
+                if on_batch is not None:
+                    on_batch(done, total_batches)
             current = w_sum / steps if config.average else w
             entry = {"epoch": epoch, "nll": total / max(n_sent, 1), "seconds": time.perf_counter() - t0}
             score = dev_score(current) if dev_score is not None else -entry["nll"]

@@ -63,12 +63,18 @@ def train_surrogate(
     bp: BPConfig,
     dev_score: Callable[[np.ndarray], float] | None = None,
     progress: bool = True,
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> TrainResult:
-    """Train ``parser.weights`` in place from its current value; returns the best (averaged) weights."""
+    """Train ``parser.weights`` in place from its current value; returns the best (averaged) weights.
+
+    ``on_batch(done, total)`` is called after every batch with the number of batches done so far and the
+    total over all epochs. An exception it raises propagates (unlike Ctrl-C, it does not keep a model).
+    """
     start = time.perf_counter()
     keep, skipped = usable_trees(train, parser.constraint)
     sents = [train[i] for i in keep]
     groups = length_batches([len(s.forms) for s in sents], config.batch_size)
+    total_batches, done = config.epochs * len(groups), 0
     rng = np.random.default_rng(config.seed)
     dim = len(parser.weights)
     w = parser.weights
@@ -97,6 +103,9 @@ def train_surrogate(
                 w -= config.learning_rate * grad / (np.sqrt(g2) + 1e-8)
                 w_sum += w
                 steps += 1
+                done += 1
+                if on_batch is not None:
+                    on_batch(done, total_batches)
             current = w_sum / steps if config.average else w.copy()
             entry = {"epoch": epoch, "loss": total / max(len(sents), 1), "seconds": time.perf_counter() - t0}
             entry["dev"] = dev_score(current) if dev_score is not None else -entry["loss"]

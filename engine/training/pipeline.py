@@ -1,0 +1,245 @@
+"""Training a model end to end: read the treebanks, train (first-order CLL, or a first-order pruner then
+surrogate CLL under BP for order 2), score on dev and save the model directory.
+
+This is what ``python -m engine train`` runs, and what the service's training jobs run in a child
+process. ``on_progress(fraction, stage)`` reports the overall progress (0..1) across the stages
+``loading``, ``training pruner`` (order 2 without a given pruner), ``training``, ``evaluating``,
+``saving`` and ``done``; an exception it raises stops training and propagates, with no model saved.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.data.conllu_io import ConlluError, read_conllu
+
+log = logging.getLogger(__name__)
+
+FACTOR_FAMILIES = ("grand", "sib", "childseq", "nocross")
+TREES = ("nonprojective", "projective")
+ROOTS = ("single", "multi")
+
+ProgressCallback = Callable[[float, str], None]
+PathLike = str | os.PathLike[str]
+
+
+class TrainOptionsError(ValueError):
+    """Training options that cannot work together, explained."""
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """Everything that decides how a model is trained (the CLI flags of ``train``), validated once."""
+
+    order: int = 1
+    tree: str = "nonprojective"
+    root: str = "single"
+    epochs: int = 8
+    batch_size: int = 32
+    learning_rate: float | None = None  # None: 0.2 first-order, 0.05 for BP training
+    l2: float = 10.0
+    dim: int = 1 << 22
+    seed: int = 0
+    average: bool = True
+    max_sentences: int | None = None
+    factors: tuple[str, ...] = ("grand", "sib")  # higher-order factor families (order 2 only)
+    bp_iterations: int = 3
+    second_dim: int = 1 << 21
+    name: str | None = None  # model name in the manifest (None: the output directory's name)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "factors", tuple(self.factors))
+        if self.order not in (1, 2):
+            raise TrainOptionsError(f"order must be 1 or 2, got {self.order!r}")
+        if self.tree not in TREES:
+            raise TrainOptionsError(f"tree must be one of {', '.join(TREES)}, got {self.tree!r}")
+        if self.root not in ROOTS:
+            raise TrainOptionsError(f"root must be one of {', '.join(ROOTS)}, got {self.root!r}")
+        for field in ("epochs", "batch_size", "dim", "second_dim", "bp_iterations"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise TrainOptionsError(f"{field} must be an integer of at least 1, got {value!r}")
+        if self.max_sentences is not None and self.max_sentences < 1:
+            raise TrainOptionsError(f"max_sentences must be at least 1, got {self.max_sentences!r}")
+        if self.learning_rate is not None and not (np.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise TrainOptionsError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        if not (np.isfinite(self.l2) and self.l2 >= 0):
+            raise TrainOptionsError(f"l2 must be >= 0, got {self.l2!r}")
+        if self.order == 2:
+            unknown = sorted(set(self.factors) - set(FACTOR_FAMILIES))
+            if unknown:
+                raise TrainOptionsError(f"unknown factor families: {', '.join(unknown)} "
+                                        f"(available: {', '.join(FACTOR_FAMILIES)})")
+
+    @property
+    def effective_learning_rate(self) -> float:
+        if self.learning_rate is not None:
+            return self.learning_rate
+        return 0.2 if self.order == 1 else 0.05
+
+
+class _Progress:
+    """Maps each stage's own progress (0..1) onto its span of the overall progress."""
+
+    def __init__(self, callback: ProgressCallback | None, spans: dict[str, tuple[float, float]]) -> None:
+        self.callback, self.spans = callback, spans
+
+    def __call__(self, stage: str, fraction: float = 0.0) -> None:
+        if self.callback is not None:
+            lo, hi = self.spans.get(stage, (1.0, 1.0))
+            self.callback(lo + (hi - lo) * min(max(fraction, 0.0), 1.0), stage)
+
+    def batches(self, stage: str) -> Callable[[int, int], None]:
+        """An ``on_batch(done, total)`` callback reporting ``stage``."""
+        return lambda done, total: self(stage, done / total if total else 1.0)
+
+
+def _spans(order: int, train_pruner: bool) -> dict[str, tuple[float, float]]:
+    """Where each stage lies in the overall progress: BP training is far slower per sentence than
+    first-order training, so the pruner gets a fifth of the training span."""
+    start, end = 0.02, 0.95
+    spans = {"loading": (0.0, start), "evaluating": (end, 0.98), "saving": (0.98, 1.0), "done": (1.0, 1.0)}
+    if order == 2 and train_pruner:
+        middle = start + 0.2 * (end - start)
+        spans.update({"training pruner": (start, middle), "training": (middle, end)})
+    else:
+        spans["training"] = (start, end)
+    return spans
+
+
+def check_parsable(sentences: Sequence[Any], source: PathLike) -> None:
+    """Raise ``ConlluError`` for a sentence without words (nothing to parse or train on)."""
+    for s in sentences:
+        if s.n == 0:
+            raise ConlluError(source, s.start_line, "sentence has no words")
+
+
+def attachment(gold: Sequence[Any], parsed: Sequence[Any]) -> dict[str, Any]:
+    """UAS/LAS/ECE of parsed sentences against gold ones."""
+    from engine.evaluation.metrics import attachment_scores
+
+    return attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
+                             [p.head_probs for p in parsed])
+
+
+def train_model(
+    train_path: PathLike,
+    dev_path: PathLike | None,
+    out_dir: PathLike,
+    options: TrainOptions,
+    *,
+    pruner_path: PathLike | None = None,
+    progress: bool = True,
+    on_progress: ProgressCallback | None = None,
+    extra_manifest: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Train a model on ``train_path`` (best epoch chosen on ``dev_path`` when given) and save it to
+    ``out_dir``; return the summary (``model``, ``order``, ``best_epoch``, ``seconds``, ``skipped_trees``,
+    ``interrupted``, ``dev``).
+
+    ``pruner_path`` (order 2): a first-order model to prune with and warm-start from instead of training
+    one first. ``progress`` shows progress bars. ``extra_manifest`` adds fields to the manifest; a
+    callable is called once, just before saving, so a caller can reserve e.g. a version number only for
+    a model that is about to be written. Ctrl-C stops training and saves the best model so far
+    (``interrupted`` is then true; an order-2 run stopped while training its pruner saves the pruner).
+    Raises ``ConlluError`` for bad treebanks, ``ModelError`` for a bad pruner and
+    ``TrainOptionsError`` for a pruner that does not match the options.
+    """
+    from engine.bp_parser import BPParser, load_any
+    from engine.decode.labeler import CountLabeler
+    from engine.features.extract import FeatureExtractor
+    from engine.features.second_order import default_second_order
+    from engine.features.templates import default_first_order
+    from engine.inference.bp import BPConfig
+    from engine.inference.exact import TreeConstraint
+    from engine.model.store import file_sha256
+    from engine.parser import FirstOrderParser
+    from engine.training.cll import TrainConfig, train_cll
+    from engine.training.surrogate import train_surrogate
+
+    order = options.order
+    report = _Progress(on_progress, _spans(order, pruner_path is None))
+    report("loading")
+    config = TrainConfig(options.epochs, options.batch_size, options.effective_learning_rate, options.l2,
+                         options.seed, options.average)
+    constraint = TreeConstraint(options.tree, options.root)
+    families = list(options.factors) if order == 2 else []
+    train = read_conllu(train_path)
+    if options.max_sentences:
+        train = train[: options.max_sentences]
+    dev = read_conllu(dev_path) if dev_path else None
+    check_parsable(train, train_path)
+    labeler = CountLabeler.fit(train)
+    provenance = {"train_file": Path(train_path).name, "train_sha256": file_sha256(train_path),
+                  "train_sentences": len(train), "dev_file": Path(dev_path).name if dev_path else None,
+                  "dev_sha256": file_sha256(dev_path) if dev_path else None}
+
+    if order == 2 and pruner_path:
+        first = load_any(pruner_path)
+        if not isinstance(first, FirstOrderParser) or first.constraint != constraint:
+            raise TrainOptionsError(f"--pruner {pruner_path} must be a first-order model with --tree "
+                                    f"{options.tree} --root {options.root}")
+        first.labeler = labeler
+    else:
+        extractor = FeatureExtractor(tuple(default_first_order()), options.dim)
+        first = FirstOrderParser(extractor, np.zeros(options.dim), constraint, labeler, {})
+
+        def dev_uas_first(weights: np.ndarray) -> float:
+            first.weights = weights
+            return attachment(dev, first.parse(dev))["uas"]
+
+        stage = "training" if order == 1 else "training pruner"
+        report(stage)
+        result = train_cll(extractor, constraint, train, config if order == 1 else
+                           TrainConfig(8, options.batch_size, 0.2, options.l2, options.seed),
+                           dev_uas_first if dev else None, progress, report.batches(stage))
+        first.weights = result.weights
+        if result.interrupted and order == 2:
+            order = 1  # stopped while training the pruner: save what we have as a first-order model
+    model: Any = first
+    training: dict[str, Any] = {}
+    if order == 2:
+        model = BPParser.from_first_order(first, {f: tuple(default_second_order([f])) for f in families},
+                                          options.second_dim, prune=True)
+        bp = BPConfig(max_iterations=options.bp_iterations, schedule="serial")
+        inference = BPConfig(max_iterations=5, schedule="serial")
+
+        def dev_uas(weights: np.ndarray) -> float:
+            saved, model.weights = model.weights, weights
+            try:
+                return attachment(dev, model.parse(dev, inference))["uas"]
+            finally:
+                model.weights = saved
+
+        report("training")
+        result = train_surrogate(model, train, config, bp, dev_uas if dev else None, progress,
+                                 report.batches("training"))
+        training = {"objective": "surrogate-cll", "factors": families}
+    else:
+        training = {"objective": "cll"}
+    dev_scores = None
+    if dev:
+        report("evaluating")
+        dev_scores = attachment(dev, model.parse(dev) if order == 1 else
+                                model.parse(dev, BPConfig(max_iterations=5, schedule="serial")))
+    extra = extra_manifest() if callable(extra_manifest) else extra_manifest
+    report("saving")
+    model.save(out_dir, {
+        "name": options.name or Path(out_dir).name,
+        "training": {**training, **result.config, **provenance, "skipped_trees": result.skipped,
+                     "best_epoch": result.best_epoch, "history": result.history,
+                     "seconds": round(result.seconds, 1), "interrupted": result.interrupted},
+        "metrics": {"dev": dev_scores},
+        **(extra or {}),
+    })
+    report("done")
+    return {"model": os.fspath(out_dir), "order": order, "best_epoch": result.best_epoch,
+            "seconds": round(result.seconds, 1), "skipped_trees": result.skipped,
+            "interrupted": result.interrupted, "dev": dev_scores}
