@@ -1,0 +1,114 @@
+"""The FastAPI application: ``create_app(settings)`` wires routers, error handlers, limits and the lifespan.
+
+Start-up (lifespan) opens the job store, starts the training scheduler, and loads the models in the
+background so that ``/healthz`` answers at once and ``/readyz`` turns 200 when the default model is in;
+a background task then picks up models that training jobs publish. Shutdown stops the scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+import engine
+from service import problems
+from service.limits import Admission, BodyLimitMiddleware
+from service.metrics import Metrics, MetricsMiddleware
+from service.registry import ModelRegistry
+from service.routes import jobs, models, ops, parsing
+from service.settings import Settings
+from service.state import ServiceState
+
+log = logging.getLogger("service")
+
+
+def _description(s: Settings) -> str:
+    return f"""Probabilistic dependency parsing: each tree comes with arc marginals, k-best and sampled trees.
+
+Errors are `application/problem+json` (RFC 9457) naming the offending `field`, `sentence`, `word` or `line`.
+
+**Limits** (configurable; environment variables `PARSER_*`):
+request body {s.max_body_bytes} bytes (413), upload to /jobs {s.max_upload_bytes} bytes (413),
+{s.max_words} words per sentence (422; {s.max_words_kbest} for /kbest and /sample),
+{s.max_sentences} sentences per request (422), k <= {s.max_k}, n <= {s.max_n},
+{s.max_iterations} BP iterations; at most {s.max_pending} requests in flight, beyond that 503 with Retry-After.
+With `API_KEY` set, the /jobs routes need `Authorization: Bearer <key>` (401).
+"""
+
+
+async def _load(state: ServiceState) -> None:
+    """Open the job store, start the scheduler, load the models (in threads: this is the event loop)."""
+    from service.jobs.scheduler import Scheduler
+    from service.jobs.store import JobStore
+
+    s = state.settings
+    try:
+        for d in (s.data_dir, s.uploads_dir, s.trained_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        state.store = await run_in_threadpool(JobStore, s.jobs_db)
+        state.scheduler = Scheduler(state.store, s.trained_dir, s.workers, s.node,
+                                    on_finished=lambda job: state.registry.refresh())
+        await run_in_threadpool(state.scheduler.start)
+        await run_in_threadpool(state.registry.load_shipped)
+        await run_in_threadpool(state.registry.refresh)
+    except Exception as e:  # report through /readyz instead of dying silently
+        log.exception("start-up failed")
+        state.loading_error = f"start-up failed: {e}"
+        return
+    if not state.registry.ready:
+        state.loading_error = (f"default model {s.default_model!r} is not available in {s.models_dir}; "
+                               f"loaded: {', '.join(state.registry.names()) or 'none'}")
+        log.error(state.loading_error)
+    state.startup_done = True
+
+
+async def _refresh_forever(state: ServiceState) -> None:
+    while True:
+        await asyncio.sleep(state.settings.refresh_seconds)
+        if state.startup_done:
+            try:
+                await run_in_threadpool(state.registry.refresh)
+            except Exception:
+                log.exception("refreshing the model registry failed")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    metrics = Metrics()
+    state = ServiceState(
+        settings=settings,
+        registry=ModelRegistry(settings.models_dir, settings.trained_dir, settings.default_model),
+        admission=Admission(settings.parse_threads, settings.max_pending, settings.retry_after_seconds,
+                            metrics.rejected.inc),
+        metrics=metrics,
+    )
+    metrics.watch_jobs(lambda: state.store.counts() if state.store is not None else {})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        loader = asyncio.create_task(_load(state))
+        refresher = asyncio.create_task(_refresh_forever(state))
+        try:
+            yield
+        finally:
+            refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await loader
+            if state.scheduler is not None:
+                await run_in_threadpool(state.scheduler.stop, 10.0)
+
+    app = FastAPI(title="bp-parser", version=engine.__version__, description=_description(settings),
+                  lifespan=lifespan)
+    app.state.service = state
+    problems.install(app)
+    for router in (parsing.router, models.router, jobs.router, ops.router):
+        app.include_router(router)
+    app.add_middleware(BodyLimitMiddleware, limit_for=lambda path: settings.max_upload_bytes
+                       if path.startswith("/jobs") else settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

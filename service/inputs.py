@@ -1,0 +1,111 @@
+"""Request bodies -> engine sentences, with every limit and input error reported as a 422 problem that
+names the field, the sentence (0-based) and, where it applies, the word or CoNLL-U line.
+
+All three input forms become ``engine.data.conllu_io.Sentence`` objects, so parsing and CoNLL-U output
+have one path: ``tokens`` are written as a CoNLL-U block and read back; ``conllu`` is read as given
+(HEAD and DEPREL ignored); ``text`` needs a model with a tokenizer.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+from engine.data.conllu_io import ConlluError, Sentence, read_conllu
+from service.problems import ProblemError
+from service.registry import ModelEntry
+from service.schemas import ParseRequest
+from service.settings import Settings
+
+_BAD_FORM = re.compile(r"[\t\n\r]")
+MAX_FORM_CHARS = 200
+
+
+def _invalid(detail: str, field: str, **where: int) -> ProblemError:
+    return ProblemError(422, "Invalid input", detail, kind="invalid-input", field=field, **where)
+
+
+def _check_words(words: list[str], field: str, i: int) -> None:
+    for j, w in enumerate(words):
+        if not isinstance(w, str) or not w.strip():
+            raise _invalid(f"{field}[{i}][{j}] is empty", field, sentence=i, word=j)
+        if _BAD_FORM.search(w):
+            raise _invalid(f"{field}[{i}][{j}] contains a tab or line break", field, sentence=i, word=j)
+        if len(w) > MAX_FORM_CHARS:
+            raise _invalid(f"{field}[{i}][{j}] is longer than {MAX_FORM_CHARS} characters", field, sentence=i,
+                           word=j)
+
+
+def _block(forms: list[str], upos: list[str], xpos: list[str]) -> str:
+    rows = [f"{j}\t{f}\t_\t{u}\t{x}\t_\t_\t_\t_\t_"
+            for j, (f, u, x) in enumerate(zip(forms, upos, xpos, strict=True), 1)]
+    return "\n".join(rows) + "\n\n"
+
+
+def _per_sentence(values: list[list[str]] | None, field: str, tokens: list[list[str]]) -> list[list[str]] | None:
+    if values is None:
+        return None
+    if len(values) != len(tokens):
+        raise _invalid(f"{field} has {len(values)} sentences, tokens has {len(tokens)}", field)
+    for i, (v, t) in enumerate(zip(values, tokens, strict=True)):
+        if len(v) != len(t):
+            raise _invalid(f"{field}[{i}] has {len(v)} tags for {len(t)} words", field, sentence=i)
+        _check_words(v, field, i)
+    return values
+
+
+def sentences_from_request(req: ParseRequest, entry: ModelEntry, settings: Settings,
+                           max_words: int | None = None) -> list[Sentence]:
+    """The request's sentences, checked against the model's needs and the service limits."""
+    max_words = max_words or settings.max_words
+    if req.text is not None:
+        raise ProblemError(422, "No tokenizer", f"model {entry.name!r} has no tokenizer, so it cannot parse raw "
+                           "text; send `tokens` (with `tags`) or `conllu`", kind="no-tokenizer", field="text")
+    if req.tokens is not None:
+        tokens = req.tokens
+        if len(tokens) > settings.max_sentences:
+            raise _invalid(f"{len(tokens)} sentences; at most {settings.max_sentences} per request", "tokens")
+        for i, words in enumerate(tokens):
+            if not words:
+                raise _invalid(f"sentence {i} has no words", "tokens", sentence=i)
+            if len(words) > max_words:
+                raise _invalid(f"sentence {i} has {len(words)} words; at most {max_words}", "tokens", sentence=i)
+            _check_words(words, "tokens", i)
+        tags = _per_sentence(req.tags, "tags", tokens)
+        xpos = _per_sentence(req.xpos, "xpos", tokens)
+        if tags is None and entry.needs_tags:
+            raise ProblemError(422, "Tags needed", f"model {entry.name!r} has no tagger: send `tags` (UPOS per "
+                               "word), or `conllu` with the UPOS column filled", kind="tags-needed", field="tags")
+        text = "".join(_block(w, tags[i] if tags else ["_"] * len(w), xpos[i] if xpos else ["_"] * len(w))
+                       for i, w in enumerate(tokens))
+        return read_conllu(io.StringIO(text), name="tokens", strict_heads=False)
+    assert req.conllu is not None
+    try:
+        sents = read_conllu(io.StringIO(req.conllu), name="conllu", strict_heads=False)
+    except ConlluError as e:
+        raise ProblemError(422, "Invalid CoNLL-U", e.problem, kind="invalid-conllu", field="conllu",
+                           line=e.line) from e
+    if not sents:
+        raise _invalid("conllu holds no sentences", "conllu")
+    if len(sents) > settings.max_sentences:
+        raise _invalid(f"{len(sents)} sentences; at most {settings.max_sentences} per request", "conllu")
+    for i, s in enumerate(sents):
+        if s.n == 0:
+            raise _invalid(f"sentence {i} (line {s.start_line}) has no words", "conllu", sentence=i,
+                           line=s.start_line)
+        if s.n > max_words:
+            raise _invalid(f"sentence {i} has {s.n} words; at most {max_words}", "conllu", sentence=i,
+                           line=s.start_line)
+    if req.tags is not None:
+        for i, s in enumerate(sents):
+            if i >= len(req.tags) or len(req.tags[i]) != s.n:
+                raise _invalid(f"tags[{i}] does not match the {s.n} words of sentence {i}", "tags", sentence=i)
+            _check_words(req.tags[i], "tags", i)
+            s.upos = list(req.tags[i])
+    if entry.needs_tags:
+        for i, s in enumerate(sents):
+            if all(u == "_" for u in s.upos):
+                raise ProblemError(422, "Tags needed", f"sentence {i} has no UPOS tags and model {entry.name!r} "
+                                   "has no tagger: fill the UPOS column or send `tags`", kind="tags-needed",
+                                   field="conllu", sentence=i, line=s.start_line)
+    return sents

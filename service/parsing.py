@@ -1,0 +1,135 @@
+"""Engine calls behind the endpoints: sentences -> inference -> parse results -> JSON-ready dicts.
+
+Everything here is synchronous CPU work; the app runs it in worker threads (``service.admission``) so the
+event loop never blocks. Every float leaving here is checked finite (no NaN or inf reaches a client).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from engine.bp_parser import BPParser
+from engine.data.conllu_io import Sentence, format_sentence
+from engine.inference.bp import BPConfig
+from engine.parser import ParsedSentence
+from service.problems import ProblemError
+from service.registry import ModelEntry
+from service.schemas import InferenceOptions
+
+
+def resolve_method(entry: ModelEntry, options: InferenceOptions) -> str:
+    method = options.method or entry.default_method
+    if method == "relaxed":
+        raise ProblemError(422, "Inference not available", "relaxed inference (Riedel & Smith 2010) is not "
+                           "available yet; use method exact (first-order models) or bp", kind="not-available",
+                           field="inference.method")
+    if method == "exact" and entry.order != 1:
+        raise ProblemError(422, "Inference not available", f"model {entry.name!r} has higher-order factors: exact "
+                           "inference is only available for first-order models; use method bp",
+                           kind="not-available", field="inference.method")
+    return method
+
+
+def run_inference(entry: ModelEntry, sentences: list[Sentence], options: InferenceOptions) -> list[ParsedSentence]:
+    method = resolve_method(entry, options)
+    if method == "exact":
+        assert not isinstance(entry.parser, BPParser)
+        parsed = entry.parser.parse(sentences)
+        for p in parsed:
+            p.diagnostics = {"method": "exact", "iterations": None, "converged": True, "residual": None}
+        return parsed
+    config = BPConfig(max_iterations=options.iterations, schedule="serial")
+    return entry.bp_parser().parse(sentences, config)
+
+
+def _finite(values: np.ndarray, what: str) -> list[Any]:
+    if not np.all(np.isfinite(values)):
+        raise ProblemError(500, "Numerical failure", f"{what} were not finite; please report the input",
+                           kind="numerical-failure")
+    return values.tolist()
+
+
+def inference_report(p: ParsedSentence) -> dict[str, Any]:
+    d = p.diagnostics or {}
+    residual = d.get("residual")
+    return {"method": d.get("method", "exact"), "iterations": d.get("iterations"),
+            "converged": bool(d.get("converged", True)),
+            "residual": residual if residual is None or math.isfinite(residual) else None}
+
+
+def parse_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> list[dict[str, Any]]:
+    out = []
+    for s, p in zip(sentences, parsed, strict=True):
+        probs = _finite(p.head_probs, "head marginals")
+        label_probs = _finite(np.asarray(p.label_probs, dtype=float), "label probabilities")
+        tokens = [{"id": j + 1, "form": s.forms[j], "upos": s.upos[j], "xpos": s.xpos[j],
+                   "head": int(p.heads[j + 1]), "deprel": p.deprels[j], "prob": probs[j],
+                   "deprel_prob": label_probs[j]} for j in range(s.n)]
+        out.append({"tokens": tokens, "inference": inference_report(p)})
+    return out
+
+
+def parse_conllu(sentences: list[Sentence], parsed: list[ParsedSentence]) -> str:
+    blocks = []
+    for s, p in zip(sentences, parsed, strict=True):
+        blocks.append(format_sentence(s, heads=p.heads, deprels=p.deprels,
+                                      misc={"HeadProb": [f"{x:.4f}" for x in p.head_probs]}))
+    return "".join(blocks)
+
+
+def marginals_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> list[dict[str, Any]]:
+    """``marginals[m-1][h] = p(head of m = h)``: the engine's (n+1, n+1) matrix, transposed, ROOT row dropped."""
+    out = []
+    for s, p in zip(sentences, parsed, strict=True):
+        rows = np.clip(p.marginals[:, 1:].T, 0.0, 1.0)
+        rows = rows / rows.sum(axis=1, keepdims=True)
+        out.append({"forms": list(s.forms), "marginals": _finite(rows, "marginals")})
+    return out
+
+
+def confidence_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> list[dict[str, Any]]:
+    """Riedel & Smith (2010) Proposition 2: with eta the bound from the factors left out of the graph, the
+    full model's marginal mu lies in [mu' - (e^eta - 1) mu', mu' + (e^eta - 1) mu'] (clipped to [0, 1]).
+
+    Exact inference and full BP leave no factor out, so eta = 0 and the interval is the point mu'. For BP
+    the interval does not cover BP's own approximation error, which ``covers`` states.
+    """
+    out = []
+    for s, p in zip(sentences, parsed, strict=True):
+        method = (p.diagnostics or {}).get("method", "exact")
+        eta = 0.0
+        width = math.expm1(eta)
+        probs = np.asarray(p.head_probs, dtype=float)
+        lower = np.clip(probs - width * probs, 0.0, 1.0)
+        upper = np.clip(probs + width * probs, 0.0, 1.0)
+        pr, lo, up = (_finite(a, "confidence intervals") for a in (probs, lower, upper))
+        tokens = [{"id": j + 1, "form": s.forms[j], "head": int(p.heads[j + 1]), "prob": pr[j], "lower": lo[j],
+                   "upper": up[j]} for j in range(s.n)]
+        covers = ("exact marginals of the model" if method == "exact" else
+                  "factors left out of the graph (none); not BP's own approximation error")
+        out.append({"eta": eta, "kl_bound": eta, "method": method, "covers": covers, "tokens": tokens})
+    return out
+
+
+def trees_json(sentences: list[Sentence], parsed: list[ParsedSentence], *, k: int | None = None,
+               n: int | None = None, seed: int | None = None) -> list[dict[str, Any]]:
+    """k-best trees (sorted by log-probability, best first) or ``n`` samples of each sentence's distribution."""
+    out = []
+    for i, (s, p) in enumerate(zip(sentences, parsed, strict=True)):
+        dist = p.distribution
+        if dist is None:
+            raise ProblemError(422, "Inference not available", "k-best and sampling need a tree distribution: "
+                               "exact inference or BP with a TREE factor", kind="not-available", sentence=i)
+        if k is not None:
+            trees = dist.kbest(k)
+        else:
+            trees = dist.sample(n or 1, None if seed is None else seed + i)
+        items = [{"heads": [int(h) for h in heads[1:]], "log_prob": float(lp)} for lp, heads in trees]
+        if any(not math.isfinite(t["log_prob"]) for t in items):
+            raise ProblemError(500, "Numerical failure", "a tree's log-probability was not finite",
+                               kind="numerical-failure")
+        out.append({"forms": list(s.forms), "trees": items, "distribution": dist.source})
+    return out

@@ -1,0 +1,93 @@
+"""Errors as ``application/problem+json`` (RFC 9457): type, title, status, detail, plus the member that
+says where the problem is (``field``, ``sentence``, ``word``, ``line``).
+
+Handlers turn every error the app can raise into a problem document, so bad input is never a 500:
+validation errors become 422 naming the field (malformed JSON: 400), unknown routes 404, and anything
+unexpected a 500 problem without internals (logged with its traceback).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("service")
+
+MEDIA_TYPE = "application/problem+json"
+TYPE_BASE = "https://github.com/bp-parser/bp-parser/blob/main/README.md#errors"
+
+
+class ProblemError(Exception):
+    """Raise to answer with a problem document; ``extra`` members (``field``, ``sentence``...) are added."""
+
+    def __init__(self, status: int, title: str, detail: str, *, kind: str | None = None,
+                 headers: dict[str, str] | None = None, **extra: Any) -> None:
+        super().__init__(detail)
+        self.status, self.title, self.detail = status, title, detail
+        self.kind = kind or title.lower().replace(" ", "-")
+        self.headers = headers or {}
+        self.extra = extra
+
+
+def problem_response(status: int, title: str, detail: str, kind: str, headers: dict[str, str] | None = None,
+                     **extra: Any) -> JSONResponse:
+    body = {"type": f"{TYPE_BASE}-{kind}", "title": title, "status": status, "detail": detail, **extra}
+    return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
+
+
+def _field(loc: tuple[Any, ...] | list[Any]) -> str:
+    """``("body", "inference", "iterations")`` -> ``"inference.iterations"``; list indices as ``[i]``."""
+    parts: list[str] = []
+    for item in loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts)
+
+
+def _validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        first = next(e for e in errors if e.get("type") == "json_invalid")
+        return problem_response(400, "Malformed JSON", f"the request body is not valid JSON: "
+                                f"{first.get('ctx', {}).get('error', first.get('msg'))}", "malformed-json")
+    items = [{"field": _field(e.get("loc", ())), "message": str(e.get("msg", ""))} for e in errors]
+    detail = "; ".join(f"{i['field'] or 'body'}: {i['message']}" for i in items[:5])
+    return problem_response(422, "Invalid request", detail, "invalid-request", field=items[0]["field"] if items
+                            else None, errors=items)
+
+
+def _problem(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ProblemError)
+    return problem_response(exc.status, exc.title, exc.detail, exc.kind, exc.headers, **exc.extra)
+
+
+def _http(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    titles = {404: "Not found", 405: "Method not allowed", 401: "Unauthorized"}
+    title = titles.get(exc.status_code, "HTTP error")
+    detail = exc.detail if isinstance(exc.detail, str) else title
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = f"no route {request.url.path}; see /docs for the API"
+    return problem_response(exc.status_code, title, detail, title.lower().replace(" ", "-"),
+                            dict(exc.headers or {}))
+
+
+def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem_response(500, "Internal error", "the server failed while handling this request; it has been "
+                            "logged", "internal-error")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(ProblemError, _problem)
+    app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,205 @@
+"""The model registry: which models the service can parse with, loaded once, looked up by name.
+
+Two sources:
+
+- ``models_dir`` (shipped, read-only): every sub-directory with a ``manifest.json`` is a model named after
+  the directory (version 1, or the manifest's ``version``). A symbolic link to a sibling directory is an
+  alias (``models/en_ewt -> en_ewt-o2``); links leaving ``models_dir`` are ignored.
+- ``trained_dir`` (written by training jobs): ``<name>/v<N>/`` is version N of ``name``; versions are
+  immutable and appear by atomic rename, so a directory that exists is complete.
+
+Loading uses ``engine.bp_parser.load_any`` (JSON manifest + ``.npy`` arrays with checksums, never pickle).
+A model that fails to load is logged and skipped; the registry is ready when the default model is loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.bp_parser import BPParser, load_any
+from engine.model.store import ModelError
+from engine.parser import FirstOrderParser
+from service.settings import MODEL_NAME
+
+log = logging.getLogger("service.registry")
+VERSION_DIR = re.compile(r"^v([0-9]{1,9})$")
+
+
+@dataclass
+class ModelEntry:
+    name: str
+    version: int
+    path: Path
+    parser: FirstOrderParser | BPParser
+    manifest: dict[str, Any]
+    alias_of: str | None = None
+    shipped: bool = False
+    _bp_view: BPParser | None = field(default=None, repr=False)
+
+    @property
+    def order(self) -> int:
+        return 2 if isinstance(self.parser, BPParser) else 1
+
+    @property
+    def components(self) -> dict[str, Any]:
+        return dict(self.manifest.get("components", {}))
+
+    @property
+    def has_tokenizer(self) -> bool:
+        return "tokenizer" in self.components
+
+    @property
+    def needs_tags(self) -> bool:
+        """Features read UPOS; without a tagger the request must bring them."""
+        return "tagger" not in self.components
+
+    @property
+    def default_method(self) -> str:
+        return "bp" if self.order == 2 else "exact"
+
+    def bp_parser(self) -> BPParser:
+        """The model as a BP parser (a first-order model runs as LINK + TREE)."""
+        if isinstance(self.parser, BPParser):
+            return self.parser
+        if self._bp_view is None:
+            self._bp_view = BPParser.from_first_order(self.parser)
+        return self._bp_view
+
+    def info(self) -> dict[str, Any]:
+        man = self.manifest
+        training = man.get("training", {}) or {}
+        settings = {
+            "order": self.order,
+            "tree": man.get("tree"),
+            "features": {k: v for k, v in (man.get("features") or {}).items() if k != "templates"},
+            "training": {k: training.get(k) for k in ("objective", "epochs", "learning_rate", "l2", "factors",
+                                                      "train_file", "train_sentences", "best_epoch")
+                         if k in training},
+        }
+        return {"name": self.name, "version": self.version, "created": man.get("created"),
+                "metrics": man.get("metrics"), "settings": settings, "alias_of": self.alias_of,
+                "needs_tags": self.needs_tags, "has_tokenizer": self.has_tokenizer,
+                "default_inference": self.default_method}
+
+
+class UnknownModel(LookupError):
+    pass
+
+
+class ModelRegistry:
+    def __init__(self, models_dir: Path, trained_dir: Path, default: str) -> None:
+        self.models_dir, self.trained_dir, self.default = Path(models_dir), Path(trained_dir), default
+        self._models: dict[str, dict[int, ModelEntry]] = {}
+        self._failed: set[Path] = set()
+        self._lock = threading.Lock()
+
+    # -- loading ---------------------------------------------------------------------------------
+    def _load(self, name: str, version: int, path: Path) -> ModelEntry | None:
+        try:
+            parser = load_any(path)
+        except (ModelError, OSError, ValueError) as e:
+            log.error("model %s (%s) not loaded: %s", name, path, e)
+            self._failed.add(path)
+            return None
+        manifest = parser.manifest
+        log.info("loaded model %s v%d from %s", name, version, path)
+        return ModelEntry(name, version, path, parser, manifest)
+
+    def load_shipped(self) -> None:
+        """Load every model in ``models_dir`` and resolve its aliases (called once at start-up)."""
+        if not self.models_dir.is_dir():
+            log.error("models directory %s does not exist", self.models_dir)
+            return
+        root = self.models_dir.resolve()
+        aliases: list[tuple[str, str]] = []
+        for path in sorted(self.models_dir.iterdir()):
+            if not MODEL_NAME.match(path.name):
+                continue
+            if path.is_symlink():
+                target = path.resolve()
+                if target.parent == root and target.is_dir():
+                    aliases.append((path.name, target.name))
+                else:
+                    log.warning("ignoring %s: an alias must point to a model directory beside it", path)
+                continue
+            if (path / "manifest.json").is_file():
+                entry = self._load(path.name, 1, path)
+                if entry is not None:
+                    entry.version = int(entry.manifest.get("version", 1))
+                    entry.shipped = True
+                    with self._lock:
+                        self._models.setdefault(path.name, {})[entry.version] = entry
+        for alias, target in aliases:
+            with self._lock:
+                versions = self._models.get(target)
+                if not versions:
+                    log.error("alias %s -> %s: target not loaded", alias, target)
+                    continue
+                src = versions[max(versions)]
+                self._models[alias] = {src.version: ModelEntry(alias, src.version, src.path, src.parser,
+                                                               src.manifest, alias_of=target, shipped=True)}
+
+    def refresh(self) -> list[ModelEntry]:
+        """Load model versions that training jobs have published since the last call; returns them."""
+        added: list[ModelEntry] = []
+        if not self.trained_dir.is_dir():
+            return added
+        for name_dir in sorted(self.trained_dir.iterdir()):
+            if not MODEL_NAME.match(name_dir.name) or name_dir.is_symlink() or not name_dir.is_dir():
+                continue
+            for vdir in sorted(name_dir.iterdir()):
+                match = VERSION_DIR.match(vdir.name)
+                if not match or vdir in self._failed or not (vdir / "manifest.json").is_file():
+                    continue
+                version = int(match.group(1))
+                with self._lock:
+                    known = version in self._models.get(name_dir.name, {})
+                if known:
+                    continue
+                entry = self._load(name_dir.name, version, vdir)
+                if entry is not None:
+                    with self._lock:
+                        self._models.setdefault(name_dir.name, {})[version] = entry
+                    added.append(entry)
+        return added
+
+    # -- lookup ----------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self.default in self._models
+
+    def shipped_names(self) -> set[str]:
+        with self._lock:
+            return {name for name, versions in self._models.items() if any(e.shipped for e in versions.values())}
+
+    def get(self, ref: str | None) -> ModelEntry:
+        """``name`` (newest version) or ``name@version``; ``None`` is the default model."""
+        ref = ref or self.default
+        name, _, version = ref.partition("@")
+        with self._lock:
+            versions = self._models.get(name)
+        if versions is None:
+            self.refresh()  # a job may have just published it
+            with self._lock:
+                versions = self._models.get(name)
+        if not versions:
+            raise UnknownModel(f"unknown model {name!r}; available: {', '.join(self.names()) or 'none'}")
+        if version:
+            if int(version) not in versions:
+                raise UnknownModel(f"model {name!r} has no version {version}; versions: "
+                                   f"{', '.join(map(str, sorted(versions)))}")
+            return versions[int(version)]
+        return versions[max(versions)]
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._models)
+
+    def entries(self) -> list[ModelEntry]:
+        with self._lock:
+            return [e for name in sorted(self._models) for _, e in sorted(self._models[name].items())]

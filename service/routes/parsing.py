@@ -1,0 +1,130 @@
+"""Parsing routes: ``POST /parse``, ``GET|POST /marginals``, ``POST /confidence``, ``POST /kbest``, ``POST /sample``.
+
+Handlers are thin: look up the model, then run input checking, inference and JSON building in a worker
+thread under admission control (``ServiceState.admission``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+
+from engine.data.conllu_io import Sentence
+from engine.parser import ParsedSentence
+from service import parsing
+from service.inputs import sentences_from_request
+from service.problems import ProblemError
+from service.schemas import (
+    MODEL_REF,
+    ConfidenceResponse,
+    KBestRequest,
+    MarginalsResponse,
+    ParseRequest,
+    ParseResponse,
+    Problem,
+    SampleRequest,
+    TreesResponse,
+)
+from service.state import ServiceState, State
+
+router = APIRouter(tags=["parsing"])
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": Problem, "description": text} for code, text in (
+        (400, "malformed JSON"), (404, "unknown model"), (413, "request body too large"),
+        (422, "invalid input (the problem names the field, sentence, word or line)"),
+        (503, "at capacity or still loading (Retry-After)"))}
+
+Builder = Callable[[list[Sentence], list[ParsedSentence]], Any]
+
+
+async def _run(state: ServiceState, req: ParseRequest, build: Builder, *, max_words: int | None = None,
+               conllu_ok: bool = False) -> dict[str, Any] | str:
+    entry = state.model(req.model)
+    parsing.resolve_method(entry, req.inference)
+    if req.inference.iterations > state.settings.max_iterations:
+        raise ProblemError(422, "Invalid input", f"at most {state.settings.max_iterations} BP iterations",
+                           kind="invalid-input", field="inference.iterations")
+    if req.output == "conllu" and not conllu_ok:
+        raise ProblemError(422, "Invalid input", "output=conllu is available on /parse only", kind="invalid-input",
+                           field="output")
+
+    def work() -> dict[str, Any] | str:
+        sentences = sentences_from_request(req, entry, state.settings, max_words)
+        for s in sentences:
+            state.metrics.words.observe(s.n)
+        parsed = parsing.run_inference(entry, sentences, req.inference)
+        result = build(sentences, parsed)
+        if isinstance(result, str):
+            return result
+        return {"model": {"name": entry.name, "version": entry.version}, "sentences": result}
+
+    return await state.admission.run(work)
+
+
+@router.post("/parse", response_model=ParseResponse, responses={
+    **ERRORS, 200: {"content": {"text/conllu": {}}, "description": "parsed sentences (JSON or CoNLL-U)"}})
+async def parse(req: ParseRequest, state: State) -> Response:
+    """The MBR tree of each sentence, every word with its head, label and the head's marginal probability."""
+    build: Builder = parsing.parse_conllu if req.output == "conllu" else parsing.parse_json
+    result = await _run(state, req, build, conllu_ok=True)
+    if isinstance(result, str):
+        return Response(result, media_type="text/conllu; charset=utf-8")
+    return JSONResponse(result)
+
+
+@router.post("/marginals", response_model=MarginalsResponse, responses=ERRORS)
+async def marginals_post(req: ParseRequest, state: State) -> JSONResponse:
+    """Arc marginals: ``marginals[m-1][h]`` is the probability that word m's head is h (h = 0 is ROOT)."""
+    return JSONResponse(await _run(state, req, parsing.marginals_json))
+
+
+@router.get("/marginals", response_model=MarginalsResponse, responses=ERRORS)
+async def marginals_get(
+    state: State,
+    text: Annotated[str | None, Query(max_length=10_000, description="raw text (needs a tokenizer)")] = None,
+    tokens: Annotated[list[str] | None, Query(description="the words of one sentence, repeated")] = None,
+    tags: Annotated[list[str] | None, Query(description="UPOS of each word, repeated")] = None,
+    xpos: Annotated[list[str] | None, Query(description="XPOS of each word, repeated")] = None,
+    model: Annotated[str | None, Query(pattern=MODEL_REF)] = None,
+    method: Annotated[str | None, Query(pattern="^(exact|bp|relaxed)$")] = None,
+    iterations: Annotated[int, Query(ge=1, le=50)] = 5,
+) -> JSONResponse:
+    """The same as ``POST /marginals`` for one sentence given in the query string."""
+    try:
+        req = ParseRequest(text=text, tokens=[tokens] if tokens is not None else None,
+                           tags=[tags] if tags is not None else None, xpos=[xpos] if xpos is not None else None,
+                           model=model, inference={"method": method, "iterations": iterations})
+    except ValidationError as e:
+        raise RequestValidationError([{**err, "loc": ("query", *err["loc"])} for err in e.errors()]) from e
+    return JSONResponse(await _run(state, req, parsing.marginals_json))
+
+
+@router.post("/confidence", response_model=ConfidenceResponse, responses=ERRORS)
+async def confidence(req: ParseRequest, state: State) -> JSONResponse:
+    """Each chosen head's probability with the interval of Riedel & Smith (2010) Proposition 2."""
+    return JSONResponse(await _run(state, req, parsing.confidence_json))
+
+
+@router.post("/kbest", response_model=TreesResponse, responses=ERRORS)
+async def kbest(req: KBestRequest, state: State) -> JSONResponse:
+    """The k most probable trees of each sentence, best first, with their log-probabilities."""
+    if req.k > state.settings.max_k:
+        raise ProblemError(422, "Invalid input", f"k is at most {state.settings.max_k}", kind="invalid-input",
+                           field="k")
+    return JSONResponse(await _run(state, req, lambda s, p: parsing.trees_json(s, p, k=req.k),
+                                   max_words=state.settings.max_words_kbest))
+
+
+@router.post("/sample", response_model=TreesResponse, responses=ERRORS)
+async def sample(req: SampleRequest, state: State) -> JSONResponse:
+    """``n`` trees drawn from each sentence's distribution (reproducible with ``seed``)."""
+    if req.n > state.settings.max_n:
+        raise ProblemError(422, "Invalid input", f"n is at most {state.settings.max_n}", kind="invalid-input",
+                           field="n")
+    return JSONResponse(await _run(state, req, lambda s, p: parsing.trees_json(s, p, n=req.n, seed=req.seed),
+                                   max_words=state.settings.max_words_kbest))

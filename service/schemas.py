@@ -1,0 +1,193 @@
+"""Request and response schemas of the HTTP API (separate from the engine's internal types).
+
+Field descriptions and bounds here are what ``/docs`` and ``/openapi.json`` show. Limits that depend on
+the settings (words per sentence, sentences per request) are checked again in ``service.inputs``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MODEL_REF = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[0-9]{1,9})?$"
+"""A model reference: a name, optionally ``@version`` (``my-model@2``); the newest version by default."""
+
+
+class InferenceOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    method: Literal["exact", "bp", "relaxed"] | None = Field(
+        None, description="exact: Matrix-Tree / inside-outside (first-order models only); bp: loopy belief "
+        "propagation (Smith & Eisner 2008); relaxed: Riedel & Smith 2010 (not available yet: 422). "
+        "Default: exact for first-order models, bp for higher-order ones.")
+    iterations: int = Field(5, ge=1, le=50, description="BP iterations (bp, relaxed)")
+    epsilon: float = Field(1e-4, ge=0.0, le=1.0, description="gain threshold of relaxed inference")
+
+
+class ParseRequest(BaseModel):
+    """Exactly one of ``text``, ``tokens`` or ``conllu``."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "tokens": [["The", "parser", "tells", "you", "how", "sure", "it", "is", "."]],
+        "tags": [["DET", "NOUN", "VERB", "PRON", "ADV", "ADJ", "PRON", "AUX", "PUNCT"]],
+    }]})
+
+    text: str | None = Field(None, max_length=100_000, description="raw text (needs a model with a tokenizer)")
+    tokens: list[list[str]] | None = Field(None, description="pre-tokenised sentences, each a list of words")
+    conllu: str | None = Field(None, max_length=1_000_000, description="CoNLL-U; HEAD and DEPREL are ignored")
+    tags: list[list[str]] | None = Field(None, description="UPOS per word of each sentence (needed when the "
+                                         "model has no tagger and the input has no tags)")
+    xpos: list[list[str]] | None = Field(None, description="language-specific tags per word (optional; the "
+                                         "shipped English models are about 3 UAS points better with PTB tags)")
+    model: str | None = Field(None, pattern=MODEL_REF, description="model name (default: the service's default)")
+    inference: InferenceOptions = Field(default_factory=InferenceOptions)
+    output: Literal["json", "conllu"] = Field("json", description="conllu: text/conllu with HeadProb in MISC")
+
+    @model_validator(mode="after")
+    def _one_input(self) -> ParseRequest:
+        given = [k for k in ("text", "tokens", "conllu") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of text, tokens or conllu" +
+                             (f" (got {', '.join(given)})" if given else ""))
+        return self
+
+
+class KBestRequest(ParseRequest):
+    k: int = Field(10, ge=1, le=100, description="number of trees per sentence")
+
+
+class SampleRequest(ParseRequest):
+    n: int = Field(10, ge=1, le=1000, description="number of sampled trees per sentence")
+    seed: int | None = Field(None, ge=0, le=2**32 - 1, description="seed for reproducible samples")
+
+
+class ModelRef(BaseModel):
+    name: str
+    version: int
+
+
+class Token(BaseModel):
+    id: int
+    form: str
+    upos: str
+    xpos: str
+    head: int = Field(description="0 = ROOT")
+    deprel: str
+    prob: float = Field(description="marginal probability of the chosen head")
+    deprel_prob: float = Field(description="probability of the label given the arc")
+
+
+class InferenceReport(BaseModel):
+    method: str
+    iterations: int | None = None
+    converged: bool
+    residual: float | None = None
+
+
+class ParsedSentenceOut(BaseModel):
+    tokens: list[Token]
+    inference: InferenceReport
+
+
+class ParseResponse(BaseModel):
+    model: ModelRef
+    sentences: list[ParsedSentenceOut]
+
+
+class MarginalsSentence(BaseModel):
+    forms: list[str]
+    marginals: list[list[float]] = Field(description="marginals[m-1][h] = p(head of word m is h), h = 0 is ROOT")
+
+
+class MarginalsResponse(BaseModel):
+    model: ModelRef
+    sentences: list[MarginalsSentence]
+
+
+class ConfidenceToken(BaseModel):
+    id: int
+    form: str
+    head: int
+    prob: float
+    lower: float
+    upper: float
+
+
+class ConfidenceSentence(BaseModel):
+    eta: float = Field(description="Riedel & Smith Proposition 2 bound from the factors left out (0: none)")
+    kl_bound: float
+    method: str
+    covers: str = Field(description="what the interval accounts for")
+    tokens: list[ConfidenceToken]
+
+
+class ConfidenceResponse(BaseModel):
+    model: ModelRef
+    sentences: list[ConfidenceSentence]
+
+
+class Tree(BaseModel):
+    heads: list[int] = Field(description="head of words 1..n (0 = ROOT)")
+    log_prob: float
+
+
+class TreesSentence(BaseModel):
+    forms: list[str]
+    trees: list[Tree]
+    distribution: Literal["exact", "bp-tree-factor"]
+
+
+class TreesResponse(BaseModel):
+    model: ModelRef
+    sentences: list[TreesSentence]
+
+
+class ModelInfo(BaseModel):
+    name: str
+    version: int
+    created: str | None
+    metrics: dict[str, Any] | None
+    settings: dict[str, Any]
+    alias_of: str | None = None
+    needs_tags: bool
+    has_tokenizer: bool
+    default_inference: str
+
+
+class ModelsResponse(BaseModel):
+    default: str
+    models: list[ModelInfo]
+
+
+class JobAccepted(BaseModel):
+    id: str
+    status: str
+
+
+class JobOut(BaseModel):
+    id: str
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    progress: float
+    stage: str | None = None
+    metrics: dict[str, Any] | None = None
+    model: ModelRef | None = None
+    error: str | None = None
+    config: dict[str, Any] | None = None
+    created: str | None = None
+    updated: str | None = None
+
+
+class JobsResponse(BaseModel):
+    jobs: list[JobOut]
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details; extra members name the offending field, sentence or line."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str

@@ -1,0 +1,62 @@
+"""Service settings: command-line flags override environment variables override these defaults.
+
+Environment variables carry the ``PARSER_`` prefix (``PARSER_PORT=9000``, ``PARSER_MAX_WORDS=300``), except
+``API_KEY``, which protects the ``/jobs`` routes when set. Every limit here is also stated in the OpenAPI
+description the app publishes at ``/docs``.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+"""A model name: letters, digits, ``.``, ``_``, ``-`` (no path separators, no leading dot)."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PARSER_", extra="ignore", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    models_dir: Path = Field(Path("models"), description="shipped models (read-only); aliases are symlinks")
+    data_dir: Path = Field(Path("data"), description="job store (SQLite), uploads, and models trained by jobs")
+    workers: int = Field(1, ge=0, le=64, description="training worker processes in this process's pool "
+                         "(0: jobs wait for an external `python -m service.worker`)")
+    default_model: str = Field("en_ewt", pattern=MODEL_NAME.pattern)
+    api_key: str | None = Field(None, validation_alias=AliasChoices("API_KEY", "PARSER_API_KEY"))
+    node: str = Field(default_factory=lambda: f"{socket.gethostname()}/api",
+                      description="this process's name in the job store (a restarted node fails its old jobs)")
+
+    # limits (each answered with a problem+json error naming the limit)
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body for parsing routes (413)")
+    max_upload_bytes: int = Field(256 << 20, ge=1024, description="largest /jobs upload (413)")
+    max_words: int = Field(500, ge=1, description="words per sentence (422)")
+    max_sentences: int = Field(200, ge=1, description="sentences per request (422)")
+    max_words_kbest: int = Field(150, ge=1, description="words per sentence for /kbest and /sample (422)")
+    max_k: int = Field(100, ge=1, description="largest k for /kbest")
+    max_n: int = Field(1000, ge=1, description="largest n for /sample")
+    max_iterations: int = Field(50, ge=1, description="largest number of BP iterations a request may ask for")
+
+    # concurrency
+    parse_threads: int = Field(2, ge=1, description="requests parsed at the same time (threads)")
+    max_pending: int = Field(32, ge=1, description="requests admitted at once (running + waiting); beyond it 503")
+    retry_after_seconds: int = Field(1, ge=1)
+    refresh_seconds: float = Field(2.0, gt=0, description="how often new models trained by jobs are picked up")
+
+    @property
+    def trained_dir(self) -> Path:
+        """Models written by training jobs: ``<data_dir>/models/<name>/v<version>/``."""
+        return self.data_dir / "models"
+
+    @property
+    def jobs_db(self) -> Path:
+        return self.data_dir / "jobs.sqlite3"
+
+    @property
+    def uploads_dir(self) -> Path:
+        return self.data_dir / "uploads"

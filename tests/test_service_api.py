@@ -1,0 +1,242 @@
+"""The HTTP API against the shipped models, through httpx (FastAPI's TestClient): every parsing endpoint,
+the model list, operations routes, and every documented error as application/problem+json."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from service_helpers import CONLLU, TAGS, TAGS2, WORDS, WORDS2, running_app
+
+from engine.decode.mst import is_tree
+from service.limits import Admission
+from service.problems import ProblemError
+
+PROBLEM = "application/problem+json"
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    with running_app(tmp_path_factory.mktemp("svc"), max_words=60, max_body_bytes=64 * 1024) as c:
+        yield c
+
+
+def body(**extra: object) -> dict[str, object]:
+    return {"tokens": [WORDS, WORDS2], "tags": [TAGS, TAGS2], **extra}
+
+
+def assert_problem(r: object, status: int, **members: object) -> dict[str, object]:
+    assert r.status_code == status, r.text  # type: ignore[attr-defined]
+    assert r.headers["content-type"].startswith(PROBLEM)  # type: ignore[attr-defined]
+    doc = r.json()  # type: ignore[attr-defined]
+    assert {"type", "title", "status", "detail"} <= set(doc) and doc["status"] == status
+    for key, value in members.items():
+        assert doc.get(key) == value, (key, doc)
+    return doc
+
+
+# -- parsing -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("model, method", [(None, "bp"), ("en_ewt-o1", "exact"), ("en_ewt-o1", "bp")])
+def test_service_parse_returns_a_tree_per_sentence(client: TestClient, model: str | None, method: str) -> None:
+    req = body(inference={"method": method, "iterations": 3}, **({"model": model} if model else {}))
+    r = client.post("/parse", json=req)
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert doc["model"] == {"name": model or "en_ewt", "version": 1}
+    assert [len(s["tokens"]) for s in doc["sentences"]] == [len(WORDS), len(WORDS2)]
+    for s, words in zip(doc["sentences"], [WORDS, WORDS2], strict=True):
+        assert [t["form"] for t in s["tokens"]] == words and [t["id"] for t in s["tokens"]] == list(
+            range(1, len(words) + 1))
+        heads = np.array([-1] + [t["head"] for t in s["tokens"]])
+        assert is_tree(heads) and (heads[1:] == 0).sum() == 1
+        assert all(0.0 < t["prob"] <= 1.0 and 0.0 < t["deprel_prob"] <= 1.0 and t["deprel"] for t in s["tokens"])
+        assert s["inference"]["method"] == method
+        if method == "bp":
+            assert 1 <= s["inference"]["iterations"] <= 3
+    # "tells" heads the sentence; "The" attaches to "parser"
+    first = doc["sentences"][0]["tokens"]
+    assert first[2]["head"] == 0 and first[0]["head"] == 2
+
+
+def test_service_parse_conllu_in_and_out(client: TestClient) -> None:
+    r = client.post("/parse", json={"conllu": CONLLU, "output": "conllu", "model": "en_ewt-o1"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/conllu")
+    lines = [line.split("\t") for line in r.text.splitlines() if line and not line.startswith("#")]
+    assert [cols[1] for cols in lines] == WORDS2
+    assert lines[1][6] == "0" and lines[0][6] == "2"
+    assert all("HeadProb=" in cols[9] for cols in lines) and "SpaceAfter=No" in lines[1][9]
+    assert r.text.startswith("# sent_id = a\n")
+
+
+def test_service_marginals_rows_are_head_distributions(client: TestClient) -> None:
+    posted = client.post("/marginals", json=body(model="en_ewt-o1"))
+    got = client.get("/marginals", params={"tokens": WORDS2, "tags": TAGS2, "model": "en_ewt-o1"})
+    parsed = client.post("/parse", json=body(model="en_ewt-o1")).json()
+    assert posted.status_code == 200 and got.status_code == 200
+    sents = posted.json()["sentences"]
+    for s, words in zip(sents, [WORDS, WORDS2], strict=True):
+        m = np.array(s["marginals"])
+        assert s["forms"] == words and m.shape == (len(words), len(words) + 1)
+        assert np.allclose(m.sum(axis=1), 1.0, atol=1e-9) and (m >= 0).all()
+        assert np.allclose(np.diag(m[:, 1:]), 0.0)  # no word heads itself
+    # the GET form for one sentence equals the POST form
+    assert np.allclose(np.array(got.json()["sentences"][0]["marginals"]), np.array(sents[1]["marginals"]))
+    # /parse reports marginals[m-1][head] as the chosen head's probability
+    for s, p in zip(sents, parsed["sentences"], strict=True):
+        m = np.array(s["marginals"])
+        assert all(math.isclose(t["prob"], m[t["id"] - 1, t["head"]], rel_tol=1e-9) for t in p["tokens"])
+
+
+def test_service_confidence_is_a_point_for_full_inference(client: TestClient) -> None:
+    for model in ("en_ewt-o1", "en_ewt"):
+        r = client.post("/confidence", json=body(model=model))
+        assert r.status_code == 200, r.text
+        for s in r.json()["sentences"]:
+            assert s["eta"] == 0.0 and s["kl_bound"] == 0.0 and s["covers"]
+            assert all(t["lower"] == t["prob"] == t["upper"] for t in s["tokens"])
+
+
+@pytest.mark.parametrize("model, source", [("en_ewt-o1", "exact"), ("en_ewt", "bp-tree-factor")])
+def test_service_kbest_sorted_and_distinct(client: TestClient, model: str, source: str) -> None:
+    r = client.post("/kbest", json=body(model=model, k=5))
+    assert r.status_code == 200, r.text
+    for s in r.json()["sentences"]:
+        assert s["distribution"] == source
+        trees = s["trees"]
+        n = len(s["forms"])
+        assert 1 <= len(trees) <= 5 and len({tuple(t["heads"]) for t in trees}) == len(trees)
+        probs = [t["log_prob"] for t in trees]
+        assert probs == sorted(probs, reverse=True) and probs[0] <= 0.0
+        assert math.fsum(math.exp(p) for p in probs) <= 1.0 + 1e-9
+        assert all(len(t["heads"]) == n and is_tree(np.array([-1, *t["heads"]])) for t in trees)
+    # 3 words have 3^2 = 9 single-root trees: k = 100 returns them all, and their probabilities sum to 1
+    # (under BP the pruner may have removed arcs, so fewer trees, still summing to 1)
+    small = client.post("/kbest", json={"tokens": [WORDS2], "tags": [TAGS2], "model": model, "k": 100}).json()
+    trees = small["sentences"][0]["trees"]
+    assert len(trees) == 9 if source == "exact" else 1 <= len(trees) <= 9
+    assert math.isclose(math.fsum(math.exp(t["log_prob"]) for t in trees), 1.0, rel_tol=1e-9)
+
+
+def test_service_sample_reproducible_with_seed(client: TestClient) -> None:
+    a = client.post("/sample", json=body(n=20, seed=7)).json()
+    b = client.post("/sample", json=body(n=20, seed=7)).json()
+    assert a == b
+    for s in a["sentences"]:
+        assert len(s["trees"]) == 20 and s["distribution"] == "bp-tree-factor"
+        assert all(is_tree(np.array([-1, *t["heads"]])) and t["log_prob"] <= 0 for t in s["trees"])
+
+
+def test_service_models_lists_default_and_alias(client: TestClient) -> None:
+    doc = client.get("/models").json()
+    assert doc["default"] == "en_ewt"
+    by_name = {m["name"]: m for m in doc["models"]}
+    assert {"en_ewt", "en_ewt-o1", "en_ewt-o2"} <= set(by_name)
+    assert by_name["en_ewt"]["alias_of"] == "en_ewt-o2" and by_name["en_ewt-o2"]["alias_of"] is None
+    assert by_name["en_ewt-o1"]["settings"]["order"] == 1 and by_name["en_ewt-o2"]["settings"]["order"] == 2
+    assert by_name["en_ewt-o1"]["metrics"]["dev"]["uas"] > 80 and by_name["en_ewt-o1"]["created"]
+    assert all(m["version"] == 1 and m["needs_tags"] for m in doc["models"])
+
+
+# -- operations --------------------------------------------------------------------------------------
+def test_service_health_ready_metrics_page(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").status_code == 200
+    client.post("/parse", json=body())
+    text = client.get("/metrics").text
+    assert 'parser_requests_total{method="POST",route="/parse",status="200"}' in text
+    assert "parser_request_seconds_bucket" in text and "parser_sentence_words_count" in text
+    assert 'parser_jobs{state="queued"} 0.0' in text
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "<svg" in page.text or "createElementNS" in page.text
+    assert "http://" not in page.text.replace("http://www.w3.org", "") and "https://" not in page.text.replace(
+        "https://www.w3.org", "")  # self-contained: no CDN
+
+
+def test_service_not_ready_without_the_default_model(tmp_path: Path) -> None:
+    empty = tmp_path / "models"
+    empty.mkdir()
+    from service_helpers import settings
+
+    from service.app import create_app
+
+    with TestClient(create_app(settings(tmp_path, models_dir=empty))) as c:
+        for _ in range(200):
+            r = c.get("/readyz")
+            if r.json().get("status") == "failed":
+                break
+            asyncio.run(asyncio.sleep(0.02))
+        assert r.status_code == 503 and "en_ewt" in r.json()["detail"]
+        assert c.get("/healthz").status_code == 200
+        assert_problem(c.post("/parse", json=body()), 503)
+
+
+# -- errors ------------------------------------------------------------------------------------------
+def test_service_errors_are_problems(client: TestClient) -> None:
+    r = client.post("/parse", content=b'{"tokens": [["a"]', headers={"content-type": "application/json"})
+    assert_problem(r, 400)
+    assert_problem(client.post("/parse", json={"text": "Hi there.", "tokens": [["Hi"]]}), 422, field="")
+    assert_problem(client.post("/parse", json={}), 422)
+    assert_problem(client.post("/parse", json={"tokens": [WORDS, []], "tags": [TAGS, []]}), 422, sentence=1,
+                   field="tokens")
+    assert_problem(client.post("/parse", json={"tokens": [["w"] * 61], "tags": [["X"] * 61]}), 422, sentence=0)
+    assert_problem(client.post("/parse", json=body(model="nope")), 404, field="model")
+    assert_problem(client.post("/parse", json=body(model="en_ewt@9")), 404, field="model")
+    assert_problem(client.post("/parse", json=body(model="../models")), 422, field="model")
+    assert_problem(client.post("/parse", json={"text": "Dogs bark."}), 422, field="text")
+    assert_problem(client.post("/parse", json={"tokens": [WORDS]}), 422, field="tags")
+    assert_problem(client.post("/parse", json={"tokens": [WORDS, WORDS2], "tags": [TAGS, TAGS]}), 422,
+                   field="tags", sentence=1)
+    assert_problem(client.post("/parse", json={"tokens": [["a\tb"]], "tags": [["X"]]}), 422, word=0)
+    assert_problem(client.post("/parse", json=body(inference={"method": "exact"})), 422, field="inference.method")
+    assert_problem(client.post("/parse", json=body(inference={"method": "relaxed"})), 422,
+                   field="inference.method")
+    assert_problem(client.post("/parse", json=body(inference={"iterations": 0})), 422, field="inference.iterations")
+    assert_problem(client.post("/parse", json=body(unknown=1)), 422, field="unknown")
+    bad = CONLLU.replace("2\tbark", "7\tbark")
+    assert_problem(client.post("/parse", json={"conllu": bad}), 422, field="conllu", line=3)
+    assert_problem(client.post("/parse", json={"conllu": CONLLU.replace("NOUN", "_").replace("VERB", "_")
+                                               .replace("PUNCT", "_")}), 422, field="conllu", line=1)
+    assert_problem(client.post("/kbest", json=body(k=0)), 422, field="k")
+    assert_problem(client.post("/kbest", json=body(k=101)), 422, field="k")
+    assert_problem(client.post("/sample", json=body(n=1001)), 422, field="n")
+    assert_problem(client.post("/marginals", json=body(output="conllu")), 422, field="output")
+    assert_problem(client.get("/marginals", params={"tokens": WORDS2}), 422, field="tags")
+    assert_problem(client.get("/no/such/route"), 404)
+    huge = json.dumps({"tokens": [["word"] * 50] * 400}).encode()
+    assert_problem(client.post("/parse", content=huge, headers={"content-type": "application/json"}), 413)
+
+
+def test_service_admission_rejects_beyond_the_limit() -> None:
+    rejected: list[int] = []
+    admission = Admission(threads=1, max_pending=2, retry_after=3, on_reject=lambda: rejected.append(1))
+
+    async def scenario() -> list[object]:
+        import threading
+
+        release = threading.Event()
+        slow = [asyncio.create_task(admission.run(release.wait, 5)) for _ in range(2)]
+        await asyncio.sleep(0.05)
+        with pytest.raises(ProblemError) as info:
+            await admission.run(lambda: 1)
+        assert info.value.status == 503 and info.value.headers == {"Retry-After": "3"}
+        release.set()
+        done = await asyncio.gather(*slow)
+        done.append(await admission.run(lambda: 2))  # capacity is back
+        return done
+
+    assert asyncio.run(scenario()) == [True, True, 2] and rejected == [1]
+
+
+def test_service_concurrent_requests_all_answered(client: TestClient) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda i: client.post("/parse", json=body(model="en_ewt-o1")).status_code, range(16)))
+    assert codes == [200] * 16
