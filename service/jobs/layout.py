@@ -1,0 +1,45 @@
+"""Where the job subsystem keeps its files under the service's data directory."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DATABASE = "jobs.sqlite3"
+UPLOADS = "uploads"
+MODELS = "models"
+TRAIN_FILE = "train.conllu"
+DEV_FILE = "dev.conllu"
+
+
+@dataclass(frozen=True)
+class DataLayout:
+    """``data_dir/jobs.sqlite3``, ``data_dir/uploads/<job_id>/{train,dev}.conllu`` and the trained-model
+    directory (default ``data_dir/models``; trained models land in ``<trained_dir>/<name>/v<N>/``)."""
+
+    data_dir: Path
+    trained_dir: Path
+
+    @classmethod
+    def at(cls, data_dir: str | os.PathLike[str], trained_dir: str | os.PathLike[str] | None = None) -> DataLayout:
+        data = Path(data_dir)
+        return cls(data, Path(trained_dir) if trained_dir is not None else data / MODELS)
+
+    @property
+    def database(self) -> Path:
+        return self.data_dir / DATABASE
+
+    def upload_dir(self, job_id: str) -> Path:
+        return self.data_dir / UPLOADS / job_id
+
+    def train_file(self, job_id: str) -> Path:
+        return self.upload_dir(job_id) / TRAIN_FILE
+
+    def dev_file(self, job_id: str) -> Path:
+        return self.upload_dir(job_id) / DEV_FILE
+
+    def create(self) -> None:
+        """Make the data, uploads and trained-model directories."""
+        for path in (self.data_dir, self.data_dir / UPLOADS, self.trained_dir):
+            path.mkdir(parents=True, exist_ok=True)

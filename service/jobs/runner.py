@@ -1,0 +1,176 @@
+"""One training job, run in a child process (``multiprocessing`` spawn context) by the scheduler.
+
+The child trains into a hidden temporary directory under the trained-model directory, reports its
+progress to the job store (throttled), and stops at the next batch when the job is cancelled, when it
+is no longer the job's owner, or when its parent process has died. On success it reserves the next
+version of the model's name and renames the model into ``<trained_dir>/<name>/v<N>/`` in one step; a
+failed, cancelled or killed (SIGTERM) run leaves no model behind.
+
+This module imports numpy only inside ``run_job``, after limiting the numeric libraries to one thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from service.jobs.store import STOPPED_ERROR, Job, JobStore
+
+log = logging.getLogger(__name__)
+
+PROGRESS_INTERVAL = 0.5  # seconds between progress writes (and cancellation checks)
+TEMP_PREFIX = ".job-"  # temporary model directories: <trained_dir>/.job-<job_id>.<random>
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+MAX_ERROR = 500
+
+TrainFunction = Callable[..., dict[str, Any]]
+
+
+class _Stop(Exception):
+    """Raised inside training to stop it: cancelled, lost ownership, parent gone, or SIGTERM."""
+
+    def __init__(self, status: str, error: str | None = None) -> None:
+        super().__init__(error or status)
+        self.status, self.error = status, error
+
+
+def temp_prefix(job_id: str) -> str:
+    """The name prefix of a job's temporary model directories."""
+    return f"{TEMP_PREFIX}{job_id}."
+
+
+def single_threaded() -> None:
+    """Limit BLAS/OpenMP to one thread (effective when numpy has not been imported yet)."""
+    for var in THREAD_VARIABLES:
+        os.environ[var] = "1"
+    if "numpy" in sys.modules:
+        log.debug("numpy was imported before the thread limits were set")
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise _Stop("failed", "the training process was terminated")
+
+
+def is_input_error(error: BaseException) -> bool:
+    """A problem with the job's input (treebank or options), explained by its message alone."""
+    from engine.data.conllu_io import ConlluError
+    from engine.model.store import ModelError
+    from engine.training.pipeline import TrainOptionsError
+
+    return isinstance(error, ConlluError | ModelError | TrainOptionsError)
+
+
+def one_line_error(error: BaseException, job: Job) -> str:
+    """A one-line message for the job's ``error``, without the server's upload paths."""
+    if isinstance(error, MemoryError):
+        text = "out of memory (try a smaller dim or second_dim, or fewer sentences)"
+    else:
+        lines = str(error).strip().splitlines()
+        text = lines[0] if lines else ""
+        if not is_input_error(error):
+            text = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    for path in (job.train_path, job.dev_path):
+        if path:
+            text = text.replace(str(Path(path).parent) + os.sep, "")
+    return text if len(text) <= MAX_ERROR else text[: MAX_ERROR - 3] + "..."
+
+
+def run_job(db_path: str | os.PathLike[str], job_id: str, trained_dir: str | os.PathLike[str], owner: str,
+            train: TrainFunction | None = None) -> None:
+    """Train job ``job_id`` (running, owned by ``owner``) and record the result in the job store.
+
+    ``train`` replaces ``engine.training.pipeline.train_model`` (tests). Never raises for a training
+    error: the job is marked failed with a one-line message instead.
+    """
+    single_threaded()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal: the parent decides what stops
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    store = JobStore(db_path)
+    parent = os.getppid()
+    job = store.get(job_id)
+    if job is None or job.status != "running" or job.owner != owner:
+        log.warning("job %s is not running under %s; nothing to do", job_id, owner)
+        return
+    root = Path(trained_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(job_id), dir=root))
+    final: Path | None = None
+    try:
+        final = _train(store, job, root, tmp, owner, parent, train)
+    except _Stop as stop:
+        if stop.status == "cancelled":
+            store.finish(job_id, owner, "cancelled")
+            log.info("job %s cancelled", job_id)
+        else:
+            store.finish(job_id, owner, "failed", error=stop.error)
+            log.warning("job %s stopped: %s", job_id, stop.error)
+    except Exception as e:
+        message = one_line_error(e, job)
+        log.error("job %s failed: %s", job_id, message, exc_info=not is_input_error(e))
+        store.finish(job_id, owner, "failed", error=message)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if final is not None:
+        log.info("job %s succeeded: %s", job_id, final)
+
+
+def _train(store: JobStore, job: Job, root: Path, tmp: Path, owner: str, parent: int,
+           train: TrainFunction | None) -> Path | None:
+    from service.jobs.config import JobConfig
+
+    if train is None:
+        from engine.training.pipeline import train_model as train
+    config = JobConfig.model_validate(job.config)
+    last = {"stage": "", "time": 0.0}
+
+    def check(fraction: float, stage: str, force: bool = False) -> None:
+        if os.getppid() != parent:
+            raise _Stop("failed", STOPPED_ERROR)
+        now = time.monotonic()
+        if force or stage != last["stage"] or now - last["time"] >= PROGRESS_INTERVAL:
+            last["stage"], last["time"] = stage, now
+            if store.set_progress(job.id, owner, fraction, stage):
+                current = store.get(job.id)
+                if current is not None and current.cancel_requested:
+                    raise _Stop("cancelled")
+                raise _Stop("failed", "the job was taken over or ended elsewhere")
+
+    version: dict[str, int] = {}
+
+    def reserve_version() -> Mapping[str, Any]:
+        check(0.98, "saving", force=True)
+        version["n"] = store.allocate_version(config.name, root)
+        return {"name": config.name, "version": version["n"]}
+
+    summary = train(job.train_path, job.dev_path, tmp / "model", config.to_options(), progress=False,
+                    on_progress=check, extra_manifest=reserve_version)
+    if summary.get("interrupted"):
+        raise RuntimeError("training was interrupted")
+    model = {"name": config.name, "version": version["n"]}
+    metrics = {k: summary.get(k) for k in ("order", "best_epoch", "seconds", "skipped_trees", "dev")}
+    current = store.get(job.id)
+    if current is None or current.status != "running" or current.owner != owner:
+        log.warning("job %s ended elsewhere; discarding its model", job.id)
+        return None
+    final = root / config.name / f"v{version['n']}"
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if final.exists():
+        raise RuntimeError(f"model directory {config.name}/v{version['n']} already exists")
+    os.rename(tmp / "model", final)
+    published = False
+    try:
+        published = store.finish(job.id, owner, "succeeded", metrics=metrics, model=model)
+    finally:
+        if not published:  # the job ended elsewhere meanwhile, or we were stopped: never leave a stray model
+            log.warning("job %s was not published; removing %s", job.id, final)
+            shutil.rmtree(final, ignore_errors=True)
+    return final if published else None
