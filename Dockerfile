@@ -1,19 +1,38 @@
-# Minimal image for the parsing engine; the service issue turns this into the API image.
+# syntax=docker/dockerfile:1
+# API image: `python -m service` on port 8000 with the shipped models in /app/models and the job store,
+# uploads and models trained by jobs in the /data volume. docker-compose.yml runs the same image twice:
+# `api` (this CMD, --workers 0: the web process never trains) and `worker` (python -m service.worker).
 # Docker does not run on the development machines: this file is kept correct by inspection.
-FROM python:3.11-slim
 
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
-
-RUN useradd --create-home --uid 10001 parser
-WORKDIR /app
+# --- build: install the package and its dependencies into a virtualenv ---------------------------
+FROM python:3.11-slim AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY engine ./engine
 COPY service ./service
-COPY models ./models
-RUN pip install --no-cache-dir . && chown -R parser /app
-USER parser
+RUN pip install .
 
-# Parse CoNLL-U from stdin to stdout with the shipped English model.
-ENTRYPOINT ["python", "-m", "engine"]
-CMD ["parse", "--model", "models/en_ewt-o1"]
+# --- runtime: the virtualenv, the models and a non-root user -------------------------------------
+FROM python:3.11-slim AS runtime
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+RUN groupadd --gid 10001 parser \
+    && useradd --uid 10001 --gid parser --create-home --shell /usr/sbin/nologin parser \
+    && mkdir /data && chown parser:parser /data
+COPY --from=build /opt/venv /opt/venv
+WORKDIR /app
+# A directory COPY keeps the symlinks inside it: models/en_ewt -> en_ewt-o2 stays an alias.
+COPY models ./models
+USER 10001:10001
+# Job store (SQLite), uploads and trained models (/data/models); a new named volume takes this
+# directory's owner, so the parser user can write to it.
+VOLUME ["/data"]
+EXPOSE 8000
+# slim has no curl: urlopen raises on any non-2xx answer (503 until the models are loaded).
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=4)"]
+CMD ["python", "-m", "service", "--host", "0.0.0.0", "--port", "8000", "--models-dir", "/app/models", "--data-dir", "/data", "--workers", "0"]

@@ -1,0 +1,179 @@
+"""Load benchmark of the HTTP service: C concurrent clients for D seconds.
+
+    python bench/load.py [--clients 32] [--duration 60] [--endpoint parse|marginals|kbest] [--model NAME]
+                         [--url http://127.0.0.1:8000] [--data DEV.conllu] [--seed 0] [--k 10]
+
+Without --url the script starts ``python -m service --port <free port> --data-dir <tmpdir>`` from the
+repository root, waits for GET /readyz to answer 200, and stops the server at the end. Each client loops:
+POST /<endpoint> with one pre-tokenised sentence (forms + UPOS tags) drawn with a fixed seed from EWT dev,
+then the next one as soon as the answer arrives. A 503 carrying Retry-After counts as "rejected" (the
+client then waits Retry-After seconds, capped by the time left) and is listed apart from the errors
+(any other non-2xx status, or a transport failure by exception name). Throughput and latency percentiles
+count successful (2xx) responses only. Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from engine.data.conllu_io import read_conllu  # noqa: E402
+
+DEV = ROOT.parent / "shared" / "data" / "ud" / "en_ewt" / "en_ewt-ud-dev.conllu"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(data_dir: str) -> tuple[subprocess.Popen, str, list[str]]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "service", "--port", str(port), "--data-dir", data_dir]
+    log = open(Path(data_dir) / "server.log", "wb")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    return proc, f"http://127.0.0.1:{port}", cmd
+
+
+def wait_ready(url: str, proc: subprocess.Popen | None, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"server exited with status {proc.returncode} before it was ready")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"{url}/readyz not ready after {timeout:.0f} s")
+
+
+async def client(http: httpx.AsyncClient, path: str, body: dict, pool: list, rng: random.Random,
+                 end: float, stats: dict) -> None:
+    while (now := time.perf_counter()) < end:
+        forms, tags = pool[rng.randrange(len(pool))]
+        try:
+            resp = await http.post(path, json={**body, "tokens": [forms], "tags": [tags]})
+        except httpx.HTTPError as exc:
+            stats["errors"][type(exc).__name__] += 1
+            continue
+        stats["requests"] += 1
+        if resp.is_success:
+            stats["latencies"].append(time.perf_counter() - now)
+            stats["tokens"] += len(forms)
+            stats["model"] = stats["model"] or resp.json().get("model")
+        elif resp.status_code == 503 and "retry-after" in resp.headers:
+            stats["rejected"] += 1
+            try:
+                wait = float(resp.headers["retry-after"])
+            except ValueError:
+                wait = 1.0
+            await asyncio.sleep(max(0.0, min(wait, end - time.perf_counter())))
+        else:
+            stats["errors"][str(resp.status_code)] += 1
+
+
+async def run(args: argparse.Namespace, url: str, pool: list) -> dict:
+    body: dict = {}
+    if args.model:
+        body["model"] = args.model
+    if args.endpoint == "kbest":
+        body["k"] = args.k
+    stats: dict = {"requests": 0, "tokens": 0, "rejected": 0, "errors": Counter(), "latencies": [], "model": None}
+    limits = httpx.Limits(max_connections=args.clients, max_keepalive_connections=args.clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=args.timeout) as http:
+        start = time.perf_counter()
+        end = start + args.duration
+        await asyncio.gather(*(client(http, f"/{args.endpoint}", body, pool, random.Random(args.seed * 100_003 + i),
+                                      end, stats) for i in range(args.clients)))
+        elapsed = time.perf_counter() - start
+    ok = len(stats["latencies"])
+    lat_ms = 1000 * np.array(stats["latencies"])
+    p50, p90, p99 = (round(float(np.percentile(lat_ms, q)), 1) if ok else None for q in (50, 90, 99))
+    return {
+        "endpoint": f"POST /{args.endpoint}", "model": stats["model"], "requests": stats["requests"], "ok": ok,
+        "requests_per_s": round(ok / elapsed, 2), "sentences_per_s": round(ok / elapsed, 2),
+        "tokens_per_s": round(stats["tokens"] / elapsed, 1),
+        "latency_ms": {"p50": p50, "p90": p90, "p99": p99},
+        "rejected": stats["rejected"], "errors": dict(sorted(stats["errors"].items())),
+        "concurrency": args.clients, "duration_s": round(elapsed, 2),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clients", type=int, default=32, help="concurrent clients (default 32)")
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds of load (default 60)")
+    ap.add_argument("--endpoint", choices=("parse", "marginals", "kbest"), default="parse")
+    ap.add_argument("--model", help="model name (default: the service's default model)")
+    ap.add_argument("--k", type=int, default=10, help="trees per sentence for --endpoint kbest (default 10)")
+    ap.add_argument("--url", help="a running service; default: start one from the repository root")
+    ap.add_argument("--data", type=Path, default=DEV, help="CoNLL-U file the sentences are drawn from")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=60.0, help="per-request timeout in seconds")
+    ap.add_argument("--ready-timeout", type=float, default=300.0, help="seconds to wait for /readyz")
+    args = ap.parse_args()
+
+    pool = [(s.forms, s.upos) for s in read_conllu(args.data) if s.n]
+    load_before = os.getloadavg()[0]  # other work on the machine skews the numbers
+    proc = server_cmd = None
+    with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
+        if args.url:
+            url = args.url.rstrip("/")
+        else:
+            proc, url, server_cmd = start_server(tmp)
+        try:
+            wait_ready(url, proc, args.ready_timeout)
+            result = asyncio.run(run(args, url, pool))
+        except BaseException:
+            if proc is not None:
+                sys.stderr.write((Path(tmp) / "server.log").read_text(errors="replace")[-4000:])
+            raise
+        finally:
+            if proc is not None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+    result.update({
+        "url": url, "server_command": shlex.join(["python", *server_cmd[1:]]) if server_cmd else None,
+        "sentences_in_pool": len(pool),
+        "machine": {"cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)), "cpu": cpu_model(),
+                    "load_average_1min_before": round(load_before, 2)},
+        "command": shlex.join(["python", *sys.argv]),
+    })
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
