@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
-                timeout_graceful_shutdown=15)
+                timeout_graceful_shutdown=15, timeout_keep_alive=65)  # longer than proxies' idle timeouts
     return 0
 
 

@@ -19,7 +19,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 log = logging.getLogger("service")
 
 MEDIA_TYPE = "application/problem+json"
-TYPE_BASE = "https://github.com/bp-parser/bp-parser/blob/main/README.md#errors"
+TYPE_BASE = "urn:bp-parser:problem:"
+"""Problem types are URNs (``urn:bp-parser:problem:invalid-input``); the README lists them."""
 
 
 class ProblemError(Exception):
@@ -36,7 +37,7 @@ class ProblemError(Exception):
 
 def problem_response(status: int, title: str, detail: str, kind: str, headers: dict[str, str] | None = None,
                      **extra: Any) -> JSONResponse:
-    body = {"type": f"{TYPE_BASE}-{kind}", "title": title, "status": status, "detail": detail, **extra}
+    body = {"type": f"{TYPE_BASE}{kind}", "title": title, "status": status, "detail": detail, **extra}
     return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
 
 

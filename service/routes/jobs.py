@@ -145,6 +145,8 @@ async def create_job(
             raise ProblemError(422, "Idempotency key reused", str(e) or "this Idempotency-Key was used for a "
                                "different request", kind="idempotency-conflict", field="Idempotency-Key") from e
         keep = created
+        if created and state.scheduler is not None:
+            state.scheduler.wake()
         return _accepted(job)
     finally:
         if not keep:
