@@ -20,18 +20,15 @@ import json
 import os
 import random
 import shlex
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 import httpx
 import numpy as np
+from _service import ROOT, service  # noqa: E402  (bench/ is on sys.path when this script runs)
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from engine.data.conllu_io import read_conllu  # noqa: E402
 
@@ -46,34 +43,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return "unknown"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(data_dir: str) -> tuple[subprocess.Popen, str, list[str]]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "service", "--port", str(port), "--data-dir", data_dir]
-    log = open(Path(data_dir) / "server.log", "wb")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    return proc, f"http://127.0.0.1:{port}", cmd
-
-
-def wait_ready(url: str, proc: subprocess.Popen | None, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise SystemExit(f"server exited with status {proc.returncode} before it was ready")
-        try:
-            if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit(f"{url}/readyz not ready after {timeout:.0f} s")
 
 
 async def client(http: httpx.AsyncClient, path: str, body: dict, pool: list, rng: random.Random,
@@ -144,29 +113,10 @@ def main() -> None:
 
     pool = [(s.forms, s.upos) for s in read_conllu(args.data) if s.n]
     load_before = os.getloadavg()[0]  # other work on the machine skews the numbers
-    proc = server_cmd = None
-    with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
-        if args.url:
-            url = args.url.rstrip("/")
-        else:
-            proc, url, server_cmd = start_server(tmp)
-        try:
-            wait_ready(url, proc, args.ready_timeout)
-            result = asyncio.run(run(args, url, pool))
-        except BaseException:
-            if proc is not None:
-                sys.stderr.write((Path(tmp) / "server.log").read_text(errors="replace")[-4000:])
-            raise
-        finally:
-            if proc is not None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+    with service(args.url, args.ready_timeout) as (url, server_cmd):
+        result = asyncio.run(run(args, url, pool))
     result.update({
-        "url": url, "server_command": shlex.join(["python", *server_cmd[1:]]) if server_cmd else None,
+        "url": url, "server_command": shlex.join(server_cmd) if server_cmd else None,
         "sentences_in_pool": len(pool),
         "machine": {"cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)), "cpu": cpu_model(),
                     "load_average_1min_before": round(load_before, 2)},

@@ -15,40 +15,16 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _service import ROOT, service  # (bench/ is on sys.path when this script runs)
+
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--hide-scrollbars", "--force-device-scale-factor=1"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(url: str, server: subprocess.Popen[bytes] | None, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server is not None and server.poll() is not None:
-            raise SystemExit(f"the service exited with code {server.returncode} before it was ready")
-        try:
-            with urllib.request.urlopen(url + "/readyz", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.5)
-    raise SystemExit(f"{url}/readyz did not answer 200 within {timeout:.0f} s")
 
 
 def chromium() -> str:
@@ -85,26 +61,8 @@ def main() -> None:
     ap.add_argument("--ready-timeout", type=float, default=180.0)
     args = ap.parse_args()
 
-    if args.url:
-        wait_ready(args.url.rstrip("/"), None, args.ready_timeout)
-        shoot(args.url.rstrip("/"), args.out, args.width, args.height, args.budget_ms)
-    else:
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        with tempfile.TemporaryDirectory(prefix="service-data-") as data_dir:
-            server = subprocess.Popen([sys.executable, "-m", "service", "--port", str(port), "--data-dir", data_dir,
-                                       "--log-level", "warning"],
-                                      cwd=ROOT)
-            try:
-                wait_ready(url, server, args.ready_timeout)
-                shoot(url, args.out, args.width, args.height, args.budget_ms)
-            finally:
-                server.terminate()
-                try:
-                    server.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    server.kill()
-                    server.wait()
+    with service(args.url, args.ready_timeout) as (url, _):
+        shoot(url, args.out, args.width, args.height, args.budget_ms)
     print(f"wrote {args.out}")
 
 

@@ -73,7 +73,7 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
+            route = scope.get("route")  # FastAPI routes; plain Starlette ones (/openapi.json, /docs) only
+            path = getattr(route, "path", None) or (scope["path"] if "endpoint" in scope else "unmatched")
             self.metrics.requests.labels(scope["method"], path, str(status["code"])).inc()
             self.metrics.latency.labels(path).observe(time.perf_counter() - start)

@@ -47,21 +47,44 @@ def live_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     thread.join(20)
 
 
-@pytest.fixture(scope="module")
-def api_schema(live_url: str) -> object:
-    loaded = schemathesis.openapi.from_url(live_url + "/openapi.json")
-    loaded.config.generation.update(modes=list(schemathesis.GenerationMode))  # valid and invalid requests
-    return loaded
+def _no_server_error(strategy: object, live_url: str) -> object:
+    """A hypothesis test sending cases drawn from ``strategy`` and failing on any 5xx."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    @given(data=st.data())
+    @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
+              database=None)
+    def check(data: st.DataObject) -> None:
+        case = data.draw(strategy)  # type: ignore[arg-type]
+        response = case.call(base_url=live_url, timeout=60)
+        case.validate_response(response, checks=[not_a_server_error])
+
+    return check
 
 
-schema = schemathesis.pytest.from_fixture("api_schema")
+def test_service_schema_no_server_errors(live_url: str) -> None:
+    """For every operation, positive and negative generated cases (hypothesis, a bounded number each)."""
+    from hypothesis.errors import Unsatisfiable
 
-
-@schema.parametrize()
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-def test_service_schema_no_server_errors(case: object, live_url: str) -> None:
-    response = case.call(base_url=live_url, timeout=60)  # type: ignore[attr-defined]
-    case.validate_response(response, checks=[not_a_server_error])  # type: ignore[attr-defined]
+    api = schemathesis.openapi.from_url(live_url + "/openapi.json")
+    operations = [result.ok() for result in api.get_all_operations()]
+    assert len(operations) >= 12
+    runs = {mode: 0 for mode in schemathesis.GenerationMode}
+    for operation in operations:
+        strategies = [(mode, operation.as_strategy(generation_mode=mode)) for mode in schemathesis.GenerationMode]
+        strategies += [(schemathesis.GenerationMode.POSITIVE, example)  # the documented examples, as sent
+                       for example in operation.schema.get_strategies_from_examples(operation)]
+        for mode, strategy in strategies:
+            check = _no_server_error(strategy, live_url)
+            try:
+                check()  # type: ignore[operator]
+            except Unsatisfiable:
+                # an operation without any input (GET /healthz) has no invalid request to generate
+                assert mode is schemathesis.GenerationMode.NEGATIVE, operation.label
+                continue
+            runs[mode] += 1
+    assert all(count >= 8 for count in runs.values()), runs  # both kinds ran for most operations
 
 
 def test_service_schema_documents_limits(live_url: str) -> None:

@@ -1,0 +1,67 @@
+"""Shared by the service benchmarks: start ``python -m service`` on a free port, wait for /readyz, stop it."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(url: str, server: subprocess.Popen[bytes] | None, timeout: float) -> None:
+    """Poll ``url``/readyz until it answers 200; exit if the server process dies first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server is not None and server.poll() is not None:
+            raise SystemExit(f"the service exited with status {server.returncode} before it was ready")
+        try:
+            with urllib.request.urlopen(url + "/readyz", timeout=5) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"{url}/readyz did not answer 200 within {timeout:.0f} s")
+
+
+@contextmanager
+def service(url: str | None = None, ready_timeout: float = 300.0) -> Iterator[tuple[str, list[str] | None]]:
+    """``(url, command)`` of a ready service: ``url`` if given, else one started here with a temporary data
+    directory (its log is printed if something fails) and stopped at the end."""
+    if url:
+        wait_ready(url.rstrip("/"), None, ready_timeout)
+        yield url.rstrip("/"), None
+        return
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:
+        cmd = ["python", "-m", "service", "--port", str(port), "--data-dir", tmp, "--log-level", "warning"]
+        log_path = Path(tmp) / "server.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen([sys.executable, *cmd[1:]], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+            try:
+                wait_ready(f"http://127.0.0.1:{port}", proc, ready_timeout)
+                yield f"http://127.0.0.1:{port}", cmd
+            except BaseException:
+                sys.stderr.write(log_path.read_text(errors="replace")[-4000:])
+                raise
+            finally:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
