@@ -1,0 +1,1 @@
+"""From raw text to tagged words: tokenizer, part-of-speech tagger, jackknifing."""
