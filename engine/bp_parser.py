@@ -18,7 +18,7 @@ import numpy as np
 
 from engine.data.batching import length_batches
 from engine.decode.distribution import TreeDistribution
-from engine.decode.labeler import CountLabeler
+from engine.decode.labeler import label_arcs
 from engine.decode.mbr import mbr_decode
 from engine.features.extract import FeatureExtractor, Tokens
 from engine.features.second_order import TripleTemplate
@@ -26,7 +26,7 @@ from engine.graph.build import SentenceGraph, build_graph
 from engine.graph.family import all_arcs
 from engine.inference.bp import BPConfig, BPResult, run_bp
 from engine.inference.exact import TreeConstraint, exact_marginals
-from engine.model.store import ModelError, load_model, read_manifest, save_model
+from engine.model.store import ModelError, StoredModel, load_model, read_manifest, save_model
 from engine.parser import FirstOrderParser, ParsedSentence, load_common, model_manifest
 from engine.scoring.potentials import arc_scores
 from engine.scoring.pruning import PruneConfig, prune_arcs
@@ -40,7 +40,7 @@ class BPParser:
     extractor: FeatureExtractor
     weights: np.ndarray
     constraint: TreeConstraint
-    labeler: CountLabeler
+    labeler: Any  # see engine.decode.labeler.label_arcs
     templates: dict[str, tuple[TripleTemplate, ...]]
     pruner: np.ndarray | None = None  # first-order weights for pruning (None: keep every arc)
     prune: PruneConfig = field(default_factory=PruneConfig)
@@ -95,7 +95,7 @@ class BPParser:
                                        self.constraint.root)
         heads = mbr_decode(np.where(graph.valid, result.beliefs, -np.inf), decode_as)
         m = np.arange(1, len(heads))
-        labels, label_probs = self.labeler.predict(tokens.upos, heads)
+        labels, label_probs = label_arcs(self.labeler, tokens, heads)
         diag = {"method": "bp", "iterations": result.iterations, "converged": bool(result.converged),
                 "residual": float(result.residual), "arcs": int(graph.valid.sum())}
         dist = None
@@ -114,18 +114,23 @@ class BPParser:
         return out  # type: ignore[return-value]
 
     # -- persistence ---------------------------------------------------------------------------
-    def save(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> None:
+    def save(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None,
+             arrays: dict[str, np.ndarray] | None = None) -> None:
+        """Write the model; ``arrays`` adds other components' arrays (``engine.pipeline``)."""
         manifest = model_manifest(self.manifest, extra, 2, self.extractor, self.constraint, self.labeler)
         manifest["features"]["second_order"] = {k: [t.name for t in v] for k, v in self.templates.items()}
         manifest["pruning"] = {"ratio": self.prune.ratio, "max_heads": self.prune.max_heads}
-        arrays = {"weights": self.weights.astype(np.float32)}
+        own = {"weights": self.weights.astype(np.float32)}
         if self.pruner is not None:
-            arrays["pruner"] = self.pruner.astype(np.float32)
-        save_model(directory, manifest, arrays)
+            own["pruner"] = self.pruner.astype(np.float32)
+        save_model(directory, manifest, {**own, **(arrays or {})})
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> BPParser:
-        stored = load_model(directory)
+        return cls.from_stored(directory, load_model(directory))
+
+    @classmethod
+    def from_stored(cls, directory: str | os.PathLike[str], stored: StoredModel) -> BPParser:
         man = stored.manifest
         extractor, constraint, labeler = load_common(directory, man)
         try:
@@ -142,11 +147,10 @@ class BPParser:
         return cls(extractor, weights, constraint, labeler, second, pruner, prune, man)
 
 
-def load_any(directory: str | os.PathLike[str]) -> FirstOrderParser | BPParser:
-    """A first-order or a BP model, by the ``order`` its manifest records."""
-    order = read_manifest(directory).get("order", 1)
-    if order == 1:
-        return FirstOrderParser.load(directory)
-    if order == 2:
-        return BPParser.load(directory)
+def load_any(directory: str | os.PathLike[str], stored: StoredModel | None = None) -> FirstOrderParser | BPParser:
+    """A first-order or a BP model, by the ``order`` its manifest records (``stored``: already read)."""
+    order = (stored.manifest if stored is not None else read_manifest(directory)).get("order", 1)
+    if order in (1, 2):
+        stored = stored if stored is not None else load_model(directory)
+        return (FirstOrderParser if order == 1 else BPParser).from_stored(directory, stored)
     raise ModelError(f"{directory}: unknown model order {order!r}")

@@ -11,11 +11,13 @@ import json
 import logging
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from engine.data.conllu_io import ConlluError, format_sentence, read_conllu, write_conllu
+from engine.decode.labeler import label_arcs
 from engine.model.store import ModelError
 from engine.training.pipeline import check_parsable
 
@@ -46,6 +48,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                    "default: train one first")
     p.add_argument("--bp-iterations", type=int, default=3, help="BP iterations during training (--order 2)")
     p.add_argument("--second-dim", type=int, default=1 << 21, help="hashed buckets for higher-order features")
+    p.add_argument("--components", default="tokenizer,tagger,parser,labeler",
+                   help="what to train (the parser always): tokenizer, tagger (the parser and labeler then train "
+                   "on jackknifed predicted tags), parser, labeler (log-linear; else count-based labels)")
+    p.add_argument("--folds", type=int, default=5, help="jackknifing folds for predicted training tags")
 
 
 def _add_model_io(p: argparse.ArgumentParser) -> None:
@@ -71,9 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="gold treebank (CoNLL-U)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--reliability", action="store_true", help="include the reliability (calibration) table")
+    p.add_argument("--tags", choices=["gold", "predicted"], default="gold",
+                   help="predicted: re-tag the gold-tokenised input with the model's tagger before parsing")
+    p.add_argument("--from-text", action="store_true", help="run the whole pipeline from the raw '# text' lines "
+                   "and score with the CoNLL 2018 UD alignment (tokens, sentences, words, UPOS, UAS, LAS as F1)")
     p = sub.add_parser("parse", help="parse CoNLL-U (HEAD/DEPREL are ignored) and write CoNLL-U")
     _add_model_io(p)
-    p.add_argument("--input", help="input CoNLL-U file (default: stdin)")
+    p.add_argument("--input", help="input file (default: stdin)")
+    p.add_argument("--input-format", choices=["conllu", "text"], default="conllu",
+                   help="conllu (words whose UPOS is '_' are tagged by the model's tagger) or raw text")
+    p.add_argument("--text", help="raw text to parse (instead of --input)")
+    p.add_argument("--retag", action="store_true", help="re-tag every word with the model's tagger")
     p.add_argument("--output", help="output CoNLL-U file (default: stdout)")
     alt = p.add_mutually_exclusive_group()
     alt.add_argument("--kbest", type=int, metavar="K", help="write the K most probable trees of each sentence")
@@ -91,11 +105,14 @@ class UsageError(ValueError):
 
 
 def _load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
-    """The model and a function ``parse(sentences)`` running the requested inference with it."""
-    from engine.bp_parser import BPParser, load_any
+    """The pipeline and a function ``parse(sentences)`` running the requested inference with its parser."""
+    from engine.bp_parser import BPParser
     from engine.inference.bp import BPConfig
+    from engine.pipeline import Pipeline
 
-    model = load_any(args.model)
+    pipeline = Pipeline.load(args.model)
+    args.pipeline = pipeline
+    model = pipeline.parser
     inference = args.inference or ("bp" if isinstance(model, BPParser) else "exact")
     if inference == "exact":
         if isinstance(model, BPParser):
@@ -103,14 +120,14 @@ def _load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
                              "first-order models; use --inference bp")
         if args.constraint:
             raise UsageError("--constraint needs --inference bp")
-        return model, lambda sentences: model.parse(sentences, args.batch_size)
+        return pipeline, lambda sentences: model.parse(sentences, args.batch_size)
     if not isinstance(model, BPParser):
         model = BPParser.from_first_order(model)
     model.decode_constraint = args.constraint
     if args.no_prune:
         model.pruner = None
     config = BPConfig(max_iterations=args.bp_iterations, schedule=args.schedule)
-    return model, lambda sentences: model.parse(sentences, config, args.batch_size)
+    return pipeline, lambda sentences: model.parse(sentences, config, args.batch_size)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -121,7 +138,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             order=args.order, tree=args.tree, root=args.root, epochs=args.epochs, batch_size=args.batch_size,
             learning_rate=args.learning_rate, l2=args.l2, dim=args.dim, seed=args.seed, average=not args.no_average,
             max_sentences=args.max_sentences or None, factors=tuple(f for f in args.factors.split(",") if f),
-            bp_iterations=args.bp_iterations, second_dim=args.second_dim, name=args.name)
+            bp_iterations=args.bp_iterations, second_dim=args.second_dim, name=args.name,
+            components=tuple(c for c in args.components.split(",") if c), folds=args.folds)
         summary = train_model(args.train, args.dev, args.out, options, pruner_path=args.pruner,
                               progress=not args.quiet)
     except TrainOptionsError as e:
@@ -130,19 +148,60 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 130 if summary["interrupted"] else 0
 
 
+def _tagged(args: argparse.Namespace, sentences: list[Any], retag: bool) -> list[int]:
+    """Tag the sentences without UPOS (all with ``retag``) with the model's tagger, in place."""
+    try:
+        return args.pipeline.tag(sentences, retag=retag)
+    except ModelError as e:
+        raise UsageError(f"{args.model}: {e}") from e
+
+
+def _system_conllu(sentences: list[Any], parsed: list[Any]) -> list[Any]:
+    """Parsed sentences as CoNLL-U (with predicted tags), read back for the UD evaluation."""
+    import io
+
+    text = "".join(format_sentence(s, heads=p.heads, deprels=p.deprels, upos=s.upos, xpos=s.xpos)
+                   for s, p in zip(sentences, parsed, strict=True))
+    return read_conllu(io.StringIO(text), name="<system>", strict_heads=False)
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    import copy
+
     from engine.evaluation.metrics import attachment_scores
 
     start = time.perf_counter()
     _, parse = _load_parser(args)
     gold = read_conllu(args.data)
     check_parsable(gold, args.data)
-    parsed = parse(gold)
-    seconds = time.perf_counter() - start
-    scores = attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
-                               [p.head_probs for p in parsed], reliability=args.reliability)
-    scores["seconds"] = round(seconds, 3)
-    scores["tokens_per_second"] = round(scores["tokens"] / seconds, 1) if seconds > 0 else None
+    if args.from_text:
+        from engine.evaluation.ud_align import evaluate_ud
+        from engine.text.treebank_text import raw_text
+
+        try:
+            system = args.pipeline.tokenize(raw_text(gold))
+        except ModelError as e:
+            raise UsageError(f"{args.model}: {e}") from e
+        _tagged(args, system, retag=True)
+        parsed = parse(system) if system else []
+        seconds = time.perf_counter() - start
+        scores = evaluate_ud(gold, _system_conllu(system, parsed))
+        scores.update({"seconds": round(seconds, 3), "words": sum(s.n for s in gold)})
+        scores["words_per_second"] = round(scores["words"] / seconds, 1) if seconds > 0 else None
+    else:
+        inputs = copy.deepcopy(gold) if args.tags == "predicted" else gold
+        if args.tags == "predicted":
+            _tagged(args, inputs, retag=True)
+        parsed = parse(inputs)
+        seconds = time.perf_counter() - start
+        scores = attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
+                                   [p.head_probs for p in parsed], reliability=args.reliability)
+        if args.tags == "predicted":
+            pairs = [(g, s) for gs, ss in zip(gold, inputs, strict=True) for g, s in zip(gs.upos, ss.upos, strict=True)]
+            scores["upos"] = 100.0 * sum(g == s for g, s in pairs) / max(len(pairs), 1)
+        scores["tags"] = args.tags
+        scores["seconds"] = round(seconds, 3)
+        scores["tokens_per_second"] = round(scores["tokens"] / seconds, 1) if seconds > 0 else None
     if args.json:
         print(json.dumps(scores))
     else:
@@ -156,19 +215,40 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_parse(args: argparse.Namespace) -> int:
-    model, parse = _load_parser(args)
+def _read_input(args: argparse.Namespace) -> tuple[list[Any], str]:
+    """Sentences from ``--text``, or ``--input`` (stdin) as CoNLL-U or raw text."""
+    if args.text is not None and args.input:
+        raise UsageError("give --text or --input, not both")
+    if args.text is not None or args.input_format == "text":
+        if args.text is not None:
+            text = args.text
+        elif args.input:
+            text = Path(args.input).read_text(encoding="utf-8")
+        else:
+            text = sys.stdin.read()
+        try:
+            return args.pipeline.tokenize(text), "<text>"
+        except ModelError as e:
+            raise UsageError(f"{args.model}: {e}") from e
     source = args.input or "<stdin>"
-    sentences = read_conllu(args.input if args.input else sys.stdin, name=source, strict_heads=False)
+    return read_conllu(args.input if args.input else sys.stdin, name=source, strict_heads=False), source
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    pipeline, parse = _load_parser(args)
+    sentences, source = _read_input(args)
     check_parsable(sentences, source)
     for flag, value, limit in (("--kbest", args.kbest, 1000), ("--samples", args.samples, 100000)):
         if value is not None and not 1 <= value <= limit:
             raise UsageError(f"{flag} must be between 1 and {limit}, got {value}")
-    parsed = parse(sentences)
+    tagged = set(_tagged(args, sentences, retag=args.retag))
+    parsed = parse(sentences) if sentences else []
+    labeler = pipeline.parser.labeler
     blocks = []
     for i, (s, p) in enumerate(zip(sentences, parsed, strict=True)):
+        tags = (s.upos, s.xpos) if i in tagged else (None, None)
         if args.kbest is None and args.samples is None:
-            blocks.append(_block(s, p, p.heads, p.deprels))
+            blocks.append(_block(s, p, p.heads, p.deprels, tags=tags))
             continue
         if p.distribution is None:
             raise UsageError("--kbest and --samples need a tree distribution: exact inference, or BP with a "
@@ -181,17 +261,19 @@ def cmd_parse(args: argparse.Namespace) -> int:
         for rank, (log_prob, heads) in enumerate(trees, start=1):
             comments = [f"# {key} = {rank}", f"# log_prob = {log_prob:.6f}",
                         f"# distribution = {p.distribution.source}"]
-            blocks.append(_block(s, p, heads, model.labeler.predict(s.upos, heads)[0], comments))
+            blocks.append(_block(s, p, heads, label_arcs(labeler, s, heads)[0], comments, tags=tags))
     write_conllu(blocks, args.output if args.output else sys.stdout)
     return 0
 
 
 def _block(sentence: Any, parsed: Any, heads: np.ndarray, deprels: list[str],
-           comments: list[str] | None = None) -> str:
-    """A sentence block with the given tree and labels, and each head's marginal as HeadProb."""
+           comments: list[str] | None = None, tags: tuple[Any, Any] = (None, None)) -> str:
+    """A sentence block with the given tree and labels (and predicted ``tags``: UPOS, XPOS), and each
+    head's marginal as HeadProb."""
     m = np.arange(1, len(heads))
     probs = parsed.marginals[heads[1:], m]
-    text = format_sentence(sentence, heads=heads, deprels=deprels, misc={"HeadProb": [f"{x:.4f}" for x in probs]})
+    text = format_sentence(sentence, heads=heads, deprels=deprels, misc={"HeadProb": [f"{x:.4f}" for x in probs]},
+                           upos=tags[0], xpos=tags[1])
     if not comments:
         return text
     lines = text.split("\n")

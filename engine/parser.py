@@ -17,12 +17,12 @@ import numpy as np
 import engine
 from engine.data.batching import length_batches
 from engine.decode.distribution import TreeDistribution
-from engine.decode.labeler import CountLabeler
+from engine.decode.labeler import CountLabeler, label_arcs
 from engine.decode.mbr import mbr_decode
 from engine.features.extract import FeatureExtractor, Tokens
 from engine.features.templates import ArcTemplate
 from engine.inference.exact import TreeConstraint, exact_marginals
-from engine.model.store import ModelError, load_model, save_model
+from engine.model.store import ModelError, StoredModel, load_model, save_model
 from engine.scoring.potentials import arc_scores
 
 
@@ -42,7 +42,7 @@ class ParsedSentence:
 
 
 def model_manifest(base: dict[str, Any], extra: dict[str, Any] | None, order: int, extractor: FeatureExtractor,
-                   constraint: TreeConstraint, labeler: CountLabeler) -> dict[str, Any]:
+                   constraint: TreeConstraint, labeler: Any) -> dict[str, Any]:
     """The manifest fields every model shares (JSON; arrays are added by ``save_model``)."""
     return {
         **base, **(extra or {}),
@@ -51,7 +51,8 @@ def model_manifest(base: dict[str, Any], extra: dict[str, Any] | None, order: in
         "order": order,
         "tree": {"tree": constraint.tree, "root": constraint.root},
         "features": {"dim": extractor.dim, "templates": [t.name for t in extractor.templates]},
-        "labeler": labeler.to_json(),
+        # a pipeline's log-linear labeller is stored as its own component (engine.pipeline)
+        "labeler": labeler.to_json() if isinstance(labeler, CountLabeler) else {"component": "labeler"},
     }
 
 
@@ -60,7 +61,7 @@ class FirstOrderParser:
     extractor: FeatureExtractor
     weights: np.ndarray
     constraint: TreeConstraint
-    labeler: CountLabeler
+    labeler: Any  # CountLabeler, or a pipeline's LogLinearLabeler (see engine.decode.labeler.label_arcs)
     manifest: dict[str, Any]
 
     def batches(self, sentences: Sequence[Tokens], batch_size: int = 64) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -77,20 +78,25 @@ class FirstOrderParser:
             for j, i in enumerate(idx):
                 heads = mbr_decode(marg[j], self.constraint)
                 m = np.arange(1, len(heads))
-                labels, label_probs = self.labeler.predict(sentences[i].upos, heads)
+                labels, label_probs = label_arcs(self.labeler, sentences[i], heads)
                 dist = TreeDistribution.with_marginals(scores[j], self.constraint, "exact", float(log_z[j]), marg[j])
                 out[i] = ParsedSentence(heads, marg[j][heads[1:], m], marg[j], float(log_z[j]), labels, label_probs,
                                         None, dist)
         return out  # type: ignore[return-value]
 
     # -- persistence ---------------------------------------------------------------------------
-    def save(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> None:
+    def save(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None,
+             arrays: dict[str, np.ndarray] | None = None) -> None:
+        """Write the model; ``arrays`` adds other components' arrays (``engine.pipeline``)."""
         manifest = model_manifest(self.manifest, extra, 1, self.extractor, self.constraint, self.labeler)
-        save_model(directory, manifest, {"weights": self.weights.astype(np.float32)})
+        save_model(directory, manifest, {"weights": self.weights.astype(np.float32), **(arrays or {})})
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> FirstOrderParser:
-        stored = load_model(directory)
+        return cls.from_stored(directory, load_model(directory))
+
+    @classmethod
+    def from_stored(cls, directory: str | os.PathLike[str], stored: StoredModel) -> FirstOrderParser:
         extractor, constraint, labeler = load_common(directory, stored.manifest)
         weights = stored.arrays["weights"].astype(np.float64)
         if weights.shape != (extractor.dim,):
@@ -104,6 +110,8 @@ def load_common(directory: str | os.PathLike[str],
     try:
         templates = tuple(ArcTemplate.parse(t) for t in manifest["features"]["templates"])
         extractor = FeatureExtractor(templates, int(manifest["features"]["dim"]))
-        return extractor, TreeConstraint(**manifest["tree"]), CountLabeler.from_json(manifest["labeler"])
+        stored = manifest["labeler"]
+        labeler = CountLabeler() if "component" in stored else CountLabeler.from_json(stored)  # see Pipeline.load
+        return extractor, TreeConstraint(**manifest["tree"]), labeler
     except (KeyError, TypeError, ValueError) as e:
         raise ModelError(f"{directory}: manifest is incomplete or inconsistent ({e})") from e

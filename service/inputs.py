@@ -59,26 +59,53 @@ def sentences_from_request(req: ParseRequest, entry: ModelEntry, settings: Setti
     """The request's sentences, checked against the model's needs and the service limits."""
     max_words = max_words or settings.max_words
     if req.text is not None:
+        sents = _from_text(req.text, entry, settings, max_words)
+    elif req.tokens is not None:
+        sents = _from_tokens(req, entry, settings, max_words)
+    else:
+        sents = _from_conllu(req, entry, settings, max_words)
+    if entry.pipeline.tagger is not None:
+        entry.pipeline.tag(sents)  # the words that came without UPOS
+    return sents
+
+
+def _from_text(text: str, entry: ModelEntry, settings: Settings, max_words: int) -> list[Sentence]:
+    if not entry.has_tokenizer:
         raise ProblemError(422, "No tokenizer", f"model {entry.name!r} has no tokenizer, so it cannot parse raw "
                            "text; send `tokens` (with `tags`) or `conllu`", kind="no-tokenizer", field="text")
-    if req.tokens is not None:
-        tokens = req.tokens
-        if len(tokens) > settings.max_sentences:
-            raise _invalid(f"{len(tokens)} sentences; at most {settings.max_sentences} per request", "tokens")
-        for i, words in enumerate(tokens):
-            if not words:
-                raise _invalid(f"sentence {i} has no words", "tokens", sentence=i)
-            if len(words) > max_words:
-                raise _invalid(f"sentence {i} has {len(words)} words; at most {max_words}", "tokens", sentence=i)
-            _check_words(words, "tokens", i)
-        tags = _per_sentence(req.tags, "tags", tokens)
-        xpos = _per_sentence(req.xpos, "xpos", tokens)
-        if tags is None and entry.needs_tags:
-            raise ProblemError(422, "Tags needed", f"model {entry.name!r} has no tagger: send `tags` (UPOS per "
-                               "word), or `conllu` with the UPOS column filled", kind="tags-needed", field="tags")
-        text = "".join(_block(w, tags[i] if tags else ["_"] * len(w), xpos[i] if xpos else ["_"] * len(w))
-                       for i, w in enumerate(tokens))
-        return read_conllu(io.StringIO(text), name="tokens", strict_heads=False)
+    sents = entry.pipeline.tokenize(text)
+    if not sents:
+        raise _invalid("text holds no words", "text")
+    if len(sents) > settings.max_sentences:
+        raise _invalid(f"text has {len(sents)} sentences; at most {settings.max_sentences} per request", "text")
+    for i, s in enumerate(sents):
+        if s.n > max_words:
+            raise _invalid(f"sentence {i} has {s.n} words; at most {max_words}", "text", sentence=i)
+    return sents
+
+
+def _from_tokens(req: ParseRequest, entry: ModelEntry, settings: Settings, max_words: int) -> list[Sentence]:
+    assert req.tokens is not None
+    tokens = req.tokens
+    if len(tokens) > settings.max_sentences:
+        raise _invalid(f"{len(tokens)} sentences; at most {settings.max_sentences} per request", "tokens")
+    for i, words in enumerate(tokens):
+        if not words:
+            raise _invalid(f"sentence {i} has no words", "tokens", sentence=i)
+        if len(words) > max_words:
+            raise _invalid(f"sentence {i} has {len(words)} words; at most {max_words}", "tokens", sentence=i)
+        _check_words(words, "tokens", i)
+    tags = _per_sentence(req.tags, "tags", tokens)
+    xpos = _per_sentence(req.xpos, "xpos", tokens)
+    if tags is None and entry.needs_tags:
+        raise ProblemError(422, "Tags needed", f"model {entry.name!r} has no tagger: send `tags` (UPOS per "
+                           "word), or `conllu` with the UPOS column filled", kind="tags-needed", field="tags")
+    text = "".join(_block(w, tags[i] if tags else ["_"] * len(w), xpos[i] if xpos else ["_"] * len(w))
+                   for i, w in enumerate(tokens))
+    return read_conllu(io.StringIO(text), name="tokens", strict_heads=False)
+
+
+def _from_conllu(req: ParseRequest, entry: ModelEntry, settings: Settings, max_words: int) -> list[Sentence]:
     assert req.conllu is not None
     try:
         sents = read_conllu(io.StringIO(req.conllu), name="conllu", strict_heads=False)

@@ -73,10 +73,14 @@ def parse_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> list[
 
 
 def parse_conllu(sentences: list[Sentence], parsed: list[ParsedSentence]) -> str:
+    """CoNLL-U with HEAD, DEPREL, HeadProb in MISC, and the tags the model predicted (input tags kept)."""
     blocks = []
     for s, p in zip(sentences, parsed, strict=True):
+        columns = [s.lines[i].split("\t") for i in s.word_line_index]
+        retagged = [c[3] for c in columns] != s.upos or [c[4] for c in columns] != s.xpos
         blocks.append(format_sentence(s, heads=p.heads, deprels=p.deprels,
-                                      misc={"HeadProb": [f"{x:.4f}" for x in p.head_probs]}))
+                                      misc={"HeadProb": [f"{x:.4f}" for x in p.head_probs]},
+                                      upos=s.upos if retagged else None, xpos=s.xpos if retagged else None))
     return "".join(blocks)
 
 

@@ -8,7 +8,8 @@ Two sources:
 - ``trained_dir`` (written by training jobs): ``<name>/v<N>/`` is version N of ``name``; versions are
   immutable and appear by atomic rename, so a directory that exists is complete.
 
-Loading uses ``engine.bp_parser.load_any`` (JSON manifest + ``.npy`` arrays with checksums, never pickle).
+Loading uses ``engine.pipeline.Pipeline.load`` (parser plus tokenizer/tagger/labeler; JSON manifest +
+``.npy`` arrays with checksums, never pickle).
 A model that fails to load is logged and skipped; the registry is ready when the default model is loaded.
 """
 
@@ -21,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.bp_parser import BPParser, load_any
+from engine.bp_parser import BPParser
 from engine.model.store import ModelError
 from engine.parser import FirstOrderParser
+from engine.pipeline import Pipeline
 from service.settings import MODEL_NAME
 
 log = logging.getLogger("service.registry")
@@ -35,28 +37,28 @@ class ModelEntry:
     name: str
     version: int
     path: Path
-    parser: FirstOrderParser | BPParser
+    pipeline: Pipeline
     manifest: dict[str, Any]
     alias_of: str | None = None
     shipped: bool = False
     _bp_view: BPParser | None = field(default=None, repr=False)
 
     @property
+    def parser(self) -> FirstOrderParser | BPParser:
+        return self.pipeline.parser
+
+    @property
     def order(self) -> int:
         return 2 if isinstance(self.parser, BPParser) else 1
 
     @property
-    def components(self) -> dict[str, Any]:
-        return dict(self.manifest.get("components", {}))
-
-    @property
     def has_tokenizer(self) -> bool:
-        return "tokenizer" in self.components
+        return self.pipeline.tokenizer is not None
 
     @property
     def needs_tags(self) -> bool:
         """Features read UPOS; without a tagger the request must bring them."""
-        return "tagger" not in self.components
+        return self.pipeline.tagger is None
 
     @property
     def default_method(self) -> str:
@@ -83,7 +85,8 @@ class ModelEntry:
         }
         return {"name": self.name, "version": self.version, "created": man.get("created"),
                 "metrics": man.get("metrics"), "settings": settings, "alias_of": self.alias_of,
-                "needs_tags": self.needs_tags, "has_tokenizer": self.has_tokenizer,
+                "components": self.pipeline.components, "needs_tags": self.needs_tags,
+                "has_tokenizer": self.has_tokenizer,
                 "default_inference": self.default_method}
 
 
@@ -101,14 +104,13 @@ class ModelRegistry:
     # -- loading ---------------------------------------------------------------------------------
     def _load(self, name: str, version: int, path: Path) -> ModelEntry | None:
         try:
-            parser = load_any(path)
+            pipeline = Pipeline.load(path)
         except (ModelError, OSError, ValueError) as e:
             log.error("model %s (%s) not loaded: %s", name, path, e)
             self._failed.add(path)
             return None
-        manifest = parser.manifest
-        log.info("loaded model %s v%d from %s", name, version, path)
-        return ModelEntry(name, version, path, parser, manifest)
+        log.info("loaded model %s v%d from %s (%s)", name, version, path, ", ".join(pipeline.components))
+        return ModelEntry(name, version, path, pipeline, pipeline.manifest)
 
     def load_shipped(self) -> None:
         """Load every model in ``models_dir`` and resolve its aliases (called once at start-up)."""
@@ -141,7 +143,7 @@ class ModelRegistry:
                     log.error("alias %s -> %s: target not loaded", alias, target)
                     continue
                 src = versions[max(versions)]
-                self._models[alias] = {src.version: ModelEntry(alias, src.version, src.path, src.parser,
+                self._models[alias] = {src.version: ModelEntry(alias, src.version, src.path, src.pipeline,
                                                                src.manifest, alias_of=target, shipped=True)}
 
     def refresh(self) -> list[ModelEntry]:

@@ -33,11 +33,12 @@ class ParseRequest(BaseModel):
         "tags": [["DET", "NOUN", "VERB", "PRON", "ADV", "ADJ", "PRON", "AUX", "PUNCT"]],
     }]})
 
-    text: str | None = Field(None, max_length=100_000, description="raw text (needs a model with a tokenizer)")
+    text: str | None = Field(None, max_length=100_000, description="raw text: split into sentences and tokens "
+                             "and tagged by the model (needs a model with a tokenizer)")
     tokens: list[list[str]] | None = Field(None, description="pre-tokenised sentences, each a list of words")
     conllu: str | None = Field(None, max_length=1_000_000, description="CoNLL-U; HEAD and DEPREL are ignored")
-    tags: list[list[str]] | None = Field(None, description="UPOS per word of each sentence (needed when the "
-                                         "model has no tagger and the input has no tags)")
+    tags: list[list[str]] | None = Field(None, description="UPOS per word of each sentence (optional when the "
+                                         "model has a tagger; needed otherwise unless the CoNLL-U has them)")
     xpos: list[list[str]] | None = Field(None, description="language-specific tags per word (optional; the "
                                          "shipped English models are about 3 UAS points better with PTB tags)")
     model: str | None = Field(None, pattern=MODEL_REF, description="model name (default: the service's default)")
@@ -150,6 +151,7 @@ class ModelInfo(BaseModel):
     metrics: dict[str, Any] | None
     settings: dict[str, Any]
     alias_of: str | None = None
+    components: list[str] = Field(description="tokenizer, tagger, parser, labeler: what the model can do")
     needs_tags: bool
     has_tokenizer: bool
     default_inference: str

@@ -295,7 +295,7 @@ def test_a_scheduler_without_workers_only_watches(layout: DataLayout,
 def test_cancelling_a_running_job(layout: DataLayout, treebanks: dict[str, Path],
                                   running: Callable[..., tuple[Scheduler, list[Job]]]) -> None:
     store = JobStore(layout.database)
-    _submit(store, layout, "long", treebanks["large"], name="long", epochs=50, dim=2**16)
+    _submit(store, layout, "long", treebanks["large"], name="long", epochs=50, dim=2**16, components=["parser"])
     scheduler, finished = running(workers=1, cancel_grace=30)  # the child must stop by itself
     job = _wait(lambda: (j := store.get("long")) and j.status == "running" and j.stage == "training" and
                 j.progress > 0.02 and j, 60, "training to start")

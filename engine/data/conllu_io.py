@@ -24,7 +24,7 @@ from conllu.exceptions import ParseException
 from conllu.parser import DEFAULT_FIELDS
 
 COLUMNS = ("ID", "FORM", "LEMMA", "UPOS", "XPOS", "FEATS", "HEAD", "DEPREL", "DEPS", "MISC")
-HEAD, DEPREL, MISC = 6, 7, 9
+UPOS, XPOS, HEAD, DEPREL, MISC = 3, 4, 6, 7, 9
 _INT = re.compile(r"0|[1-9][0-9]*")
 _RANGE = re.compile(r"([1-9][0-9]*)-([1-9][0-9]*)")
 _DECIMAL = re.compile(r"(0|[1-9][0-9]*)\.([1-9][0-9]*)")
@@ -244,16 +244,19 @@ def format_sentence(
     heads: np.ndarray | Sequence[int] | None = None,
     deprels: Sequence[str] | None = None,
     misc: Mapping[str, Sequence[str | None]] | None = None,
+    upos: Sequence[str] | None = None,
+    xpos: Sequence[str] | None = None,
 ) -> str:
     """The block's text including the blank line after it (and the BOM if it began the file).
 
     Without predictions this is the original block byte-for-byte. ``heads`` (n+1,) with ``heads[0]``
-    ignored sets HEAD of every word, ``deprels`` (n,) DEPREL, and ``misc={"Key": values}`` (n values,
-    None = leave that word alone) sets ``Key=value`` in MISC. Other lines and columns are untouched.
+    ignored sets HEAD of every word, ``deprels`` (n,) DEPREL, ``upos``/``xpos`` (n,) the tag columns
+    (predicted tags), and ``misc={"Key": values}`` (n values, None = leave that word alone) sets
+    ``Key=value`` in MISC. Other lines and columns are untouched.
     """
     nl, n = sent.newline, sent.n
     prefix = "\ufeff" if sent.bom else ""
-    if heads is None and deprels is None and not misc:
+    if heads is None and deprels is None and not misc and upos is None and xpos is None:
         return prefix + nl.join(sent.lines) + nl + nl
     head_strs: list[str] | None = None
     if heads is not None:
@@ -268,6 +271,9 @@ def format_sentence(
             raise ValueError(f"expected {n} deprels, got {len(deprels)}")
         if any(not r or "\t" in r or "\n" in r or "\r" in r for r in deprels):
             raise ValueError("deprels must be non-empty and contain no tab or line break")
+    for name, tags in (("upos", upos), ("xpos", xpos)):
+        if tags is not None and (len(tags) != n or any(not t or _BAD_VALUE.search(t) for t in tags)):
+            raise ValueError(f"{name} must be {n} non-empty tags without tab, line break or '|'")
     for key, values in (misc or {}).items():
         if len(values) != n:
             raise ValueError(f"expected {n} MISC values for {key}, got {len(values)}")
@@ -278,6 +284,10 @@ def format_sentence(
             cols[HEAD] = head_strs[k]
         if deprels is not None:
             cols[DEPREL] = deprels[k]
+        if upos is not None:
+            cols[UPOS] = upos[k]
+        if xpos is not None:
+            cols[XPOS] = xpos[k]
         for key, values in (misc or {}).items():
             if values[k] is not None:
                 cols[MISC] = set_misc(cols[MISC], key, values[k])

@@ -87,3 +87,12 @@ class CountLabeler:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CountLabeler:
         return cls(list(data["labels"]), dict(data["full"]), dict(data["backoff"]), list(data["prior"]))
+
+
+def label_arcs(labeler: Any, sentence: Any, heads: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The label and its probability for each arc of ``heads``: a ``CountLabeler`` reads the sentence's
+    UPOS only; a log-linear labeller (``engine.decode.loglinear_labeler``) reads the whole sentence."""
+    if isinstance(labeler, CountLabeler):
+        return labeler.predict(sentence.upos, heads)
+    labels, probs = labeler.predict(sentence, heads)
+    return list(labels), np.asarray(probs, dtype=float)

@@ -23,6 +23,7 @@ from engine.data.conllu_io import ConlluError, read_conllu
 log = logging.getLogger(__name__)
 
 FACTOR_FAMILIES = ("grand", "sib", "childseq", "nocross")
+COMPONENTS = ("tokenizer", "tagger", "parser", "labeler")
 TREES = ("nonprojective", "projective")
 ROOTS = ("single", "multi")
 
@@ -53,9 +54,18 @@ class TrainOptions:
     bp_iterations: int = 3
     second_dim: int = 1 << 21
     name: str | None = None  # model name in the manifest (None: the output directory's name)
+    components: tuple[str, ...] = COMPONENTS  # the parser always; tokenizer, tagger, labeler optional
+    folds: int = 5  # jackknifing folds: the parser and labeler train on tags predicted by unseen-fold taggers
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "factors", tuple(self.factors))
+        object.__setattr__(self, "components", tuple(self.components))
+        unknown_parts = sorted(set(self.components) - set(COMPONENTS))
+        if unknown_parts or "parser" not in self.components:
+            raise TrainOptionsError(f"components must include parser and come from {', '.join(COMPONENTS)}"
+                                    + (f" (unknown: {', '.join(unknown_parts)})" if unknown_parts else ""))
+        if not isinstance(self.folds, int) or self.folds < 2:
+            raise TrainOptionsError(f"folds must be an integer of at least 2, got {self.folds!r}")
         if self.order not in (1, 2):
             raise TrainOptionsError(f"order must be 1 or 2, got {self.order!r}")
         if self.tree not in TREES:
@@ -101,11 +111,19 @@ class _Progress:
         return lambda done, total: self(stage, done / total if total else 1.0)
 
 
-def _spans(order: int, train_pruner: bool) -> dict[str, tuple[float, float]]:
+def _spans(order: int, train_pruner: bool, components: Sequence[str] = ("parser",)) -> dict[str, tuple[float, float]]:
     """Where each stage lies in the overall progress: BP training is far slower per sentence than
-    first-order training, so the pruner gets a fifth of the training span."""
+    first-order training, so the pruner gets a fifth of the parser's span; the tokenizer, the jackknifed
+    tagger and the labeler get fixed shares when they are trained."""
     start, end = 0.02, 0.95
     spans = {"loading": (0.0, start), "evaluating": (end, 0.98), "saving": (0.98, 1.0), "done": (1.0, 1.0)}
+    for stage, share in (("training tokenizer", 0.05), ("training tagger", 0.2)):
+        if stage.split()[1] in components:
+            spans[stage] = (start, start + share)
+            start += share
+    if "labeler" in components:
+        spans["training labeler"] = (end - 0.08, end)
+        end -= 0.08
     if order == 2 and train_pruner:
         middle = start + 0.2 * (end - start)
         spans.update({"training pruner": (start, middle), "training": (middle, end)})
@@ -165,7 +183,7 @@ def train_model(
     from engine.training.surrogate import train_surrogate
 
     order = options.order
-    report = _Progress(on_progress, _spans(order, pruner_path is None))
+    report = _Progress(on_progress, _spans(order, pruner_path is None, options.components))
     report("loading")
     config = TrainConfig(options.epochs, options.batch_size, options.effective_learning_rate, options.l2,
                          options.seed, options.average)
@@ -176,6 +194,29 @@ def train_model(
         train = train[: options.max_sentences]
     dev = read_conllu(dev_path) if dev_path else None
     check_parsable(train, train_path)
+    parts: dict[str, Any] = {}
+    if "tokenizer" in options.components:
+        from engine.text.tokenizer import Tokenizer
+
+        report("training tokenizer")
+        parts["tokenizer"] = Tokenizer.train(train, dev=dev, seed=options.seed, progress=progress)
+    dev_gold = dev
+    if "tagger" in options.components:
+        # the parser and labeler see predicted tags in training, as they will at test time
+        import copy
+
+        from engine.text.jackknife import jackknife_tags
+        from engine.text.tagger import Tagger
+
+        report("training tagger")
+        jackknifed = jackknife_tags(train, folds=options.folds, seed=options.seed, progress=progress)
+        report("training tagger", 0.8)
+        parts["tagger"] = Tagger.train(train, dev=dev, seed=options.seed, progress=progress)
+        train = jackknifed
+        if dev is not None:
+            dev = copy.deepcopy(dev)
+            for s, tagged in zip(dev, parts["tagger"].tag(dev), strict=True):
+                s.upos, s.xpos = list(tagged.upos), list(tagged.xpos)
     labeler = CountLabeler.fit(train)
     provenance = {"train_file": Path(train_path).name, "train_sha256": file_sha256(train_path),
                   "train_sentences": len(train), "dev_file": Path(dev_path).name if dev_path else None,
@@ -224,14 +265,25 @@ def train_model(
         training = {"objective": "surrogate-cll", "factors": families}
     else:
         training = {"objective": "cll"}
+    if "labeler" in options.components:
+        from engine.decode.loglinear_labeler import LogLinearLabeler
+
+        report("training labeler")
+        parts["labeler"] = LogLinearLabeler.train(train, dev=dev, seed=options.seed, progress=progress)
+        model.labeler = parts["labeler"]
     dev_scores = None
     if dev:
         report("evaluating")
         dev_scores = attachment(dev, model.parse(dev) if order == 1 else
                                 model.parse(dev, BPConfig(max_iterations=5, schedule="serial")))
     extra = extra_manifest() if callable(extra_manifest) else extra_manifest
+    if dev_scores is not None and dev_gold is not dev:
+        pairs = [(g, p) for gs, ps in zip(dev_gold, dev, strict=True) for g, p in zip(gs.upos, ps.upos, strict=True)]
+        dev_scores["upos"] = 100.0 * sum(g == p for g, p in pairs) / max(len(pairs), 1)
     report("saving")
-    model.save(out_dir, {
+    from engine.pipeline import Pipeline
+
+    Pipeline(model, **parts).save(out_dir, {
         "name": options.name or Path(out_dir).name,
         "training": {**training, **result.config, **provenance, "skipped_trees": result.skipped,
                      "best_epoch": result.best_epoch, "history": result.history,
@@ -240,6 +292,7 @@ def train_model(
         **(extra or {}),
     })
     report("done")
-    return {"model": os.fspath(out_dir), "order": order, "best_epoch": result.best_epoch,
+    return {"model": os.fspath(out_dir), "order": order, "components": ["parser", *parts],
+            "best_epoch": result.best_epoch,
             "seconds": round(result.seconds, 1), "skipped_trees": result.skipped,
             "interrupted": result.interrupted, "dev": dev_scores}

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from engine.training.pipeline import TrainOptions
 
 Factor = Literal["grand", "sib", "childseq", "nocross"]
+Component = Literal["tokenizer", "tagger", "parser", "labeler"]
 
 
 class JobConfig(BaseModel):
@@ -43,11 +44,22 @@ class JobConfig(BaseModel):
                                   "sib (siblings), childseq (child sequence), nocross (no crossing arcs).")
     bp_iterations: int = Field(3, ge=1, le=20, description="Belief-propagation iterations per sentence during "
                                "training (order 2).")
+    components: list[Component] = Field(default_factory=lambda: ["tokenizer", "tagger", "parser", "labeler"],
+                                        min_length=1, max_length=4, description="What to train: the parser always; "
+                                        "tokenizer (raw text), tagger (UPOS/XPOS; the parser then trains on "
+                                        "jackknifed tags), labeler (log-linear DEPREL).")
 
     @field_validator("factors")
     @classmethod
     def _unique(cls, factors: list[Factor]) -> list[Factor]:
         return list(dict.fromkeys(factors))
+
+    @field_validator("components")
+    @classmethod
+    def _with_parser(cls, components: list[Component]) -> list[Component]:
+        if "parser" not in components:
+            raise ValueError("components must include parser")
+        return list(dict.fromkeys(components))
 
     def to_options(self) -> TrainOptions:
         """The engine's training options for this config."""
@@ -57,4 +69,5 @@ class JobConfig(BaseModel):
                             batch_size=self.batch_size, learning_rate=self.learning_rate, l2=self.l2, dim=self.dim,
                             seed=self.seed, average=self.average, max_sentences=self.max_sentences,
                             factors=tuple(self.factors), bp_iterations=self.bp_iterations,
-                            second_dim=self.second_dim, name=self.name)
+                            second_dim=self.second_dim, name=self.name,
+                            components=tuple(dict.fromkeys(self.components)))

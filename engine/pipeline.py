@@ -1,0 +1,121 @@
+"""A full parsing pipeline: raw text -> sentences and tokens -> UPOS/XPOS -> tree -> labels.
+
+A pipeline model is one model directory: the parser's manifest and arrays, plus every other component's
+state under ``manifest["components"][name]`` with its arrays stored as ``<name>.<key>.npy`` (one atomic
+write, one checksummed manifest, no pickle). Components:
+
+- ``tokenizer`` (``engine.text.tokenizer.Tokenizer``): sentence splitting, tokens, multiword tokens;
+- ``tagger`` (``engine.text.tagger.Tagger``): a linear-chain CRF for UPOS and XPOS;
+- ``labeler`` (``engine.decode.loglinear_labeler.LogLinearLabeler``): DEPREL of each arc with its
+  probability (without it, the parser's count-based labeller is used).
+
+A parser-only model (no ``components``) loads as a pipeline with just the parser, so every model
+directory works here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.bp_parser import BPParser, load_any
+from engine.data.conllu_io import Sentence, read_conllu
+from engine.model.store import ModelError, load_model
+from engine.parser import FirstOrderParser
+
+COMPONENTS = ("tokenizer", "tagger", "parser", "labeler")
+_CLASSES = {
+    "tokenizer": ("engine.text.tokenizer", "Tokenizer"),
+    "tagger": ("engine.text.tagger", "Tagger"),
+    "labeler": ("engine.decode.loglinear_labeler", "LogLinearLabeler"),
+}
+
+
+def component_class(name: str) -> Any:
+    module, cls = _CLASSES[name]
+    return getattr(importlib.import_module(module), cls)
+
+
+def untagged(sentence: Sentence) -> bool:
+    """True when the sentence carries no UPOS at all (every UPOS is ``_``)."""
+    return all(u == "_" for u in sentence.upos)
+
+
+@dataclass
+class Pipeline:
+    parser: FirstOrderParser | BPParser
+    tokenizer: Any | None = None
+    tagger: Any | None = None
+    labeler: Any | None = None
+
+    def __post_init__(self) -> None:
+        if self.labeler is not None:
+            self.parser.labeler = self.labeler
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return self.parser.manifest
+
+    @property
+    def components(self) -> list[str]:
+        return [name for name in COMPONENTS if name == "parser" or getattr(self, name) is not None]
+
+    # -- persistence -----------------------------------------------------------------------------
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> Pipeline:
+        stored = load_model(directory)
+        parser = load_any(directory, stored)
+        parts: dict[str, Any] = {}
+        for name, meta in (stored.manifest.get("components") or {}).items():
+            if name not in _CLASSES:
+                raise ModelError(f"{directory}: unknown component {name!r} (this engine knows "
+                                 f"{', '.join(_CLASSES)})")
+            prefix = name + "."
+            arrays = {k[len(prefix):]: v for k, v in stored.arrays.items() if k.startswith(prefix)}
+            try:
+                parts[name] = component_class(name).from_state(meta, arrays)
+            except (KeyError, TypeError, ValueError) as e:
+                raise ModelError(f"{directory}: component {name!r} cannot be loaded ({e})") from e
+        if "component" in (stored.manifest.get("labeler") or {}) and "labeler" not in parts:
+            raise ModelError(f"{directory}: the manifest refers to a labeler component that is missing")
+        return cls(parser, **parts)
+
+    def save(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> None:
+        components: dict[str, Any] = {}
+        arrays: dict[str, np.ndarray] = {}
+        for name in ("tokenizer", "tagger", "labeler"):
+            part = getattr(self, name)
+            if part is None:
+                continue
+            meta, part_arrays = part.to_state()
+            components[name] = meta
+            arrays.update({f"{name}.{key}": value for key, value in part_arrays.items()})
+        self.parser.save(directory, {**(extra or {}), "components": components}, arrays)
+
+    # -- stages ----------------------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[Sentence]:
+        """Raw text -> sentences of words (multiword tokens expanded; ``# text`` and SpaceAfter kept)."""
+        if self.tokenizer is None:
+            raise ModelError("this model has no tokenizer: give tokenised input (CoNLL-U)")
+        blocks = [s.conllu(f"{i}") for i, s in enumerate(self.tokenizer.tokenize(text), start=1)]
+        return read_conllu(io.StringIO("".join(blocks)), name="<text>", strict_heads=False) if blocks else []
+
+    def tag(self, sentences: Sequence[Sentence], retag: bool = False) -> list[int]:
+        """Fill UPOS and XPOS of the sentences that have no UPOS (all of them with ``retag``), in place;
+        returns the indices of the sentences tagged. Raises ``ModelError`` if tags are needed and this
+        model has no tagger."""
+        todo = [i for i, s in enumerate(sentences) if retag or untagged(s)]
+        if not todo:
+            return []
+        if self.tagger is None:
+            raise ModelError("this model has no tagger: the input needs UPOS tags")
+        for i, result in zip(todo, self.tagger.tag([sentences[i] for i in todo]), strict=True):
+            sentences[i].upos = list(result.upos)
+            sentences[i].xpos = list(result.xpos)
+        return todo

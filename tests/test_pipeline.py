@@ -1,0 +1,104 @@
+"""The whole pipeline as one model: train tokenizer + tagger + parser + labeler on a small EWT sample, save,
+load, and run it from raw text, from CoNLL-U without tags, and through the CLI's predicted-tag and from-text
+evaluations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.cli import main
+from engine.data.conllu_io import read_conllu
+from engine.decode.mst import is_tree
+from engine.pipeline import Pipeline
+from engine.training.pipeline import TrainOptions, TrainOptionsError, train_model
+
+
+def sample(path: Path, out: Path, count: int) -> Path:
+    blocks = path.read_text(encoding="utf-8").split("\n\n")[:count]
+    out.write_text("\n\n".join(blocks) + "\n\n", encoding="utf-8")
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory, ewt_dir: Path) -> tuple[Path, Path, dict]:
+    tmp = tmp_path_factory.mktemp("pipeline")
+    train = sample(ewt_dir / "en_ewt-ud-train.conllu", tmp / "train.conllu", 400)
+    dev = sample(ewt_dir / "en_ewt-ud-dev.conllu", tmp / "dev.conllu", 60)
+    options = TrainOptions(epochs=2, dim=2**18, folds=3)
+    summary = train_model(train, dev, tmp / "model", options, progress=False)
+    return tmp / "model", dev, summary
+
+
+def test_pipeline_trains_every_component(trained: tuple[Path, Path, dict]) -> None:
+    model, _, summary = trained
+    assert summary["components"] == ["parser", "tokenizer", "tagger", "labeler"]
+    assert summary["dev"]["upos"] > 70 and summary["dev"]["uas"] > 40
+    pipeline = Pipeline.load(model)
+    assert pipeline.components == ["tokenizer", "tagger", "parser", "labeler"]
+    manifest = json.loads((model / "manifest.json").read_text())
+    assert set(manifest["components"]) == {"tokenizer", "tagger", "labeler"}
+    assert all(name.split(".")[0] in {"weights", "tokenizer", "tagger", "labeler"} for name in manifest["arrays"])
+
+
+def test_pipeline_parses_raw_text(trained: tuple[Path, Path, dict]) -> None:
+    pipeline = Pipeline.load(trained[0])
+    sentences = pipeline.tokenize("The dog barked at the mailman. He ran away!")
+    assert len(sentences) >= 1 and sum(s.n for s in sentences) >= 10
+    assert pipeline.tag(sentences) == list(range(len(sentences)))
+    assert all(u != "_" for s in sentences for u in s.upos)
+    for s, p in zip(sentences, pipeline.parser.parse(sentences), strict=True):
+        assert is_tree(p.heads) and len(p.deprels) == s.n and all(p.deprels)
+        assert np.all((p.label_probs > 0) & (p.label_probs <= 1))
+
+
+def test_pipeline_without_components_still_loads(tmp_path: Path) -> None:
+    repo_model = Path(__file__).resolve().parents[1] / "models" / "en_ewt-o1"
+    pipeline = Pipeline.load(repo_model)
+    assert pipeline.components == ["parser"] and pipeline.tokenizer is None
+    with pytest.raises(Exception, match="no tokenizer"):
+        pipeline.tokenize("Hello there.")
+
+
+def test_pipeline_options_reject_a_missing_parser() -> None:
+    with pytest.raises(TrainOptionsError):
+        TrainOptions(components=("tagger",))
+    with pytest.raises(TrainOptionsError):
+        TrainOptions(components=("parser", "spellchecker"))
+
+
+def test_cli_parse_text_and_untagged_conllu(trained: tuple[Path, Path, dict], tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    model, dev, _ = trained
+    out = tmp_path / "out.conllu"
+    assert main(["parse", "--model", str(model), "--text", "Dogs bark. Cats sleep all day.", "--output",
+                 str(out)]) == 0
+    parsed = read_conllu(out)
+    assert len(parsed) >= 1 and all(s.heads is not None and all(d != "_" for d in s.deprels) for s in parsed)
+    assert all(u != "_" for s in parsed for u in s.upos)
+    untagged = tmp_path / "untagged.conllu"
+    text = "1\tDogs\t_\t_\t_\t_\t_\t_\t_\t_\n2\tbark\t_\t_\t_\t_\t_\t_\t_\t_\n\n"
+    untagged.write_text(text, encoding="utf-8")
+    assert main(["parse", "--model", str(model), "--input", str(untagged), "--output", str(out)]) == 0
+    (s,) = read_conllu(out)
+    assert s.forms == ["Dogs", "bark"] and "_" not in s.upos and all(s.deprels)
+
+
+def test_cli_evaluate_predicted_tags_and_from_text(trained: tuple[Path, Path, dict],
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    model, dev, _ = trained
+    assert main(["evaluate", "--model", str(model), "--data", str(dev), "--tags", "predicted", "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["tags"] == "predicted" and 70 < scores["upos"] <= 100 and scores["uas"] > 40
+    assert main(["evaluate", "--model", str(model), "--data", str(dev), "--from-text", "--json"]) == 0
+    ud = json.loads(capsys.readouterr().out)
+    assert ud["tokens"] > 90 and 0 < ud["sentences"] <= 100 and 0 < ud["las"] <= ud["uas"] <= 100
+
+
+def test_cli_text_needs_a_tokenizer(capsys: pytest.CaptureFixture[str]) -> None:
+    repo_model = Path(__file__).resolve().parents[1] / "models" / "en_ewt-o1"
+    assert main(["parse", "--model", str(repo_model), "--text", "Hello there."]) == 2
+    assert "no tokenizer" in capsys.readouterr().err
