@@ -47,7 +47,7 @@ def main() -> None:
                 run([sys.executable, "-m", "engine", "train", "--train", str(EWT / "en_ewt-ud-train.conllu"),
                      "--dev", str(EWT / "en_ewt-ud-dev.conllu"), "--out", str(model), "--order", "2",
                      "--factors", factors, "--pruner", str(ROOT / "models" / "en_ewt-o1"),
-                     "--epochs", str(args.epochs), "--quiet"])
+                     "--epochs", str(args.epochs), "--components", "parser", "--quiet"])
         cells = {}
         for t in args.iterations.split(","):
             res = json.loads(run([sys.executable, str(ROOT / "bench" / "parse_speed.py"), "--model", str(model),

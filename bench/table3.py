@@ -51,10 +51,11 @@ def main() -> None:
         o1, o2 = out / f"{name}-o1", out / f"{name}-o2"
         if not (o1 / "manifest.json").exists():
             run([sys.executable, "-m", "engine", "train", "--train", str(train), "--out", str(o1), "--epochs", "5",
-                 "--quiet"])
+                 "--components", "parser", "--quiet"])
         if not (o2 / "manifest.json").exists():
             run([sys.executable, "-m", "engine", "train", "--train", str(train), "--out", str(o2), "--order", "2",
-                 "--factors", "grand,sib", "--pruner", str(o1), "--epochs", "2", "--quiet"])
+                 "--factors", "grand,sib", "--pruner", str(o1), "--epochs", "2",
+                 "--components", "parser", "--quiet"])
         results[lang] = {}
         for decoder, extra in DECODERS:
             results[lang][decoder] = evaluate(o1, test, extra)
