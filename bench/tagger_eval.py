@@ -4,28 +4,23 @@
 
 Prints one JSON object: dev UPOS/XPOS accuracy, training seconds, tagging words/s (best of --repeat runs,
 features included), the model's array size and the exact command. Training uses the default settings and
-no dev-based epoch selection, so the dev figures are not tuned on by this run. BLAS is pinned to one
-thread (as in the service): the kernels multiply small matrices, which threads only slow down.
+no dev-based epoch selection, so the dev figures are not tuned on by this run.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import logging
 import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-import platform  # noqa: E402
-import shlex  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from engine.data.conllu_io import read_conllu  # noqa: E402
-from engine.text.tagger import Tagger  # noqa: E402
+from engine.data.conllu_io import read_conllu
+from engine.text.tagger import Tagger
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud" / "en_ewt"
 

@@ -60,6 +60,22 @@ def test_forward_backward_equals_enumeration(n: int) -> None:
     np.testing.assert_allclose(summed.log_z, full.log_z)
 
 
+def test_large_batches_equal_single_chains() -> None:
+    """Batches big enough for the kernels to split their matrix products give the per-chain results."""
+    rng = np.random.default_rng(5)
+    emissions = rng.normal(scale=2.0, size=(60, 40, 102))  # 60 x 102 x 102 exceeds one product block
+    transitions = rng.normal(size=(103, 103))
+    batch = chain_forward_backward(emissions, transitions, pairwise="sum")
+    counts = np.zeros_like(batch.pair_counts)
+    for i in range(0, 60, 7):
+        one = chain_forward_backward(emissions[i : i + 1], transitions, pairwise="sum")
+        assert batch.log_z[i] == pytest.approx(one.log_z[0], rel=1e-12)
+        np.testing.assert_allclose(batch.unary[i], one.unary[0], atol=1e-12)
+    for i in range(60):
+        counts += chain_forward_backward(emissions[i : i + 1], transitions, pairwise="sum").pair_counts
+    np.testing.assert_allclose(batch.pair_counts, counts, atol=1e-9)
+
+
 def test_viterbi_over_candidates_is_best_within_them() -> None:
     rng = np.random.default_rng(11)
     b, n, t, k = 3, 4, 5, 2

@@ -78,6 +78,19 @@ def _row_max(v: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(m), m, 0.0)
 
 
+# Matrix products are kept below this many multiply-adds: OpenBLAS multithreads larger ones, which for these
+# small matrices (and on a busy machine) is many times slower than one thread.
+_SMALL_PRODUCT = 1 << 18
+
+
+def _small_matmul(x: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """``x @ m`` for (B, T) @ (T, T), in row blocks small enough to stay single-threaded."""
+    rows = max(1, _SMALL_PRODUCT // m.size)
+    if len(x) <= rows:
+        return x @ m
+    return np.concatenate([x[i : i + rows] @ m for i in range(0, len(x), rows)])
+
+
 def chain_forward_backward(
     emissions: np.ndarray,
     transitions: np.ndarray,
@@ -106,6 +119,7 @@ def chain_forward_backward(
     inner, start, end = transitions[:t, :t], transitions[t, :t], transitions[:t, t]
     a_max = float(_row_max(inner.reshape(1, -1))[0, 0])
     exp_a = np.exp(inner - a_max)
+    exp_a_t = np.ascontiguousarray(exp_a.T)
     alpha = np.empty((b, n, t))
     beta = np.empty((b, n, t))
     alpha[:, 0] = start + emissions[:, 0]
@@ -113,7 +127,7 @@ def chain_forward_backward(
         for i in range(1, n):
             prev = alpha[:, i - 1]
             m = _row_max(prev)
-            alpha[:, i] = np.log(np.exp(prev - m) @ exp_a) + m + a_max + emissions[:, i]
+            alpha[:, i] = np.log(_small_matmul(np.exp(prev - m), exp_a)) + m + a_max + emissions[:, i]
         last = alpha[:, n - 1] + end
         m = _row_max(last)
         log_z = np.log(np.exp(last - m).sum(axis=1)) + m[:, 0]
@@ -121,7 +135,7 @@ def chain_forward_backward(
         for i in range(n - 2, -1, -1):
             nxt = emissions[:, i + 1] + beta[:, i + 1]
             m = _row_max(nxt)
-            beta[:, i] = np.log(np.exp(nxt - m) @ exp_a.T) + m + a_max
+            beta[:, i] = np.log(_small_matmul(np.exp(nxt - m), exp_a_t)) + m + a_max
     with np.errstate(invalid="ignore"):
         unary = np.exp(alpha + beta - log_z[:, None, None])
     counts = full = None
@@ -133,9 +147,10 @@ def chain_forward_backward(
             scale = np.exp(ml + mr + a_max - log_z[:, None, None])  # (B, n-1, 1)
             el, er = np.exp(left - ml), np.exp(right - mr) * scale
         if pairwise == "sum":
-            # one (T, n-1) @ (n-1, T) product per sentence: small products stay single-threaded in OpenBLAS,
-            # which on a busy machine is many times faster than one large product over the whole batch
-            inner_counts = np.matmul(el.transpose(0, 2, 1), er).sum(axis=0) * exp_a
+            # sum over sentences and positions of outer(el, er): (T, chunk) @ (chunk, T) products per sentence
+            step = max(1, _SMALL_PRODUCT // (t * t))
+            inner_counts = sum(np.matmul(el[:, j : j + step].transpose(0, 2, 1), er[:, j : j + step]).sum(axis=0)
+                               for j in range(0, n - 1, step)) * exp_a
         else:
             full = el[..., :, None] * exp_a * er[..., None, :]
     if pairwise == "sum":
