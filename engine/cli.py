@@ -186,8 +186,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         parsed = parse(system) if system else []
         seconds = time.perf_counter() - start
         scores = evaluate_ud(gold, _system_conllu(system, parsed))
-        scores.update({"seconds": round(seconds, 3), "words": sum(s.n for s in gold)})
-        scores["words_per_second"] = round(scores["words"] / seconds, 1) if seconds > 0 else None
+        gold_words = sum(s.n for s in gold)
+        scores.update({"seconds": round(seconds, 3), "gold_words": gold_words,
+                       "words_per_second": round(gold_words / seconds, 1) if seconds > 0 else None})
     else:
         inputs = copy.deepcopy(gold) if args.tags == "predicted" else gold
         if args.tags == "predicted":

@@ -95,7 +95,8 @@ def test_cli_evaluate_predicted_tags_and_from_text(trained: tuple[Path, Path, di
     assert scores["tags"] == "predicted" and 70 < scores["upos"] <= 100 and scores["uas"] > 40
     assert main(["evaluate", "--model", str(model), "--data", str(dev), "--from-text", "--json"]) == 0
     ud = json.loads(capsys.readouterr().out)
-    assert ud["tokens"] > 90 and 0 < ud["sentences"] <= 100 and 0 < ud["las"] <= ud["uas"] <= 100
+    assert ud["tokens"] > 90 and ud["words"] > 90 and 0 < ud["sentences"] <= 100
+    assert 0 < ud["las"] <= ud["uas"] <= 100 and ud["gold_words"] == sum(s.n for s in read_conllu(dev))
 
 
 def test_cli_text_needs_a_tokenizer(capsys: pytest.CaptureFixture[str]) -> None:

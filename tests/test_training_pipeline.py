@@ -63,8 +63,10 @@ def test_progress_rises_to_one_across_stages(tmp_path: Path, toy: Path, order: i
     fractions = [f for f, _ in calls]
     assert fractions == sorted(fractions) and fractions[0] == 0.0 and fractions[-1] == 1.0
     stages = list(dict.fromkeys(s for _, s in calls))
-    expected = ["loading", "training", "evaluating", "saving", "done"]
-    assert stages == (expected if order == 1 else expected[:1] + ["training pruner"] + expected[1:])
+    parser = ["training"] if order == 1 else ["training pruner", "training"]
+    expected = ["loading", "training tokenizer", "training tagger", *parser, "training labeler", "evaluating",
+                "saving", "done"]  # the default components: the whole pipeline
+    assert stages == expected
     assert sum(s == "training" for _, s in calls) > 4  # one call per batch
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["version"] == 7 and manifest["name"] == "model" and manifest["order"] == order
