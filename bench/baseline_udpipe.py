@@ -4,14 +4,17 @@ parser on EWT train within a time budget, and score it on EWT dev or test with o
     nice -n 10 python bench/baseline_udpipe.py [--split dev|test] [--budget-minutes 20] [--work DIR]
 
 Training is UDPipe's ``morphodita_parsito`` method in three stages (so each is timed): the GRU tokenizer
-and multiword splitter, one MorphoDiTa tagger model for UPOS, XPOS and FEATS (no lemmas: they are not
-scored), and the Parsito transition parser (projective, dynamic oracle) trained on the tags of that
-tagger (``use_gold_tags=0``); EWT dev is the held-out set for every stage's early stopping. Full UDPipe
-training (100 tokenizer epochs, 20 tagger and 10 parser iterations with the search-based oracle) takes
-hours; the iteration counts below (and ``structured_interval=0``, no search-based oracle, which makes
-each parser iteration 2-3 times faster) fit the default 20 CPU minutes on this project's machine (one core
-of an AMD EPYC) and scale linearly with ``--budget-minutes`` (at least 1 each); UDPipe cannot stop on a
-clock, so the JSON reports the CPU seconds each stage took. ``--tokenizer/--tagger/--parser`` replace them.
+and multiword splitter; one MorphoDiTa tagger model for UPOS and XPOS (no lemmas or features: they are not
+scored, and leaving them out makes tagger iterations cheaper); the Parsito transition parser (projective,
+dynamic oracle) trained on the tags of that tagger (``use_gold_tags=0``). EWT dev is the held-out set for
+every stage's early stopping. UDPipe's full default training (100 tokenizer epochs, 20 tagger and 10
+parser iterations with the search-based oracle) takes hours here; the iteration counts below, with
+``structured_interval=0`` (no search-based oracle: each parser iteration 2-3 times cheaper), were chosen
+to fit the default 20 CPU minutes on this project's machine (one core of an AMD EPYC: 19.3 minutes,
+three quarters of it the parser; CPU time stretches on a loaded machine: a tagger iteration took about
+1.5 times as long with both cores busy) and scale linearly with ``--budget-minutes`` (at least 1 each).
+UDPipe cannot stop on a clock, so the JSON reports the CPU seconds each stage took.
+``--tokenizer/--tagger/--parser`` replace the options.
 
 Evaluation (see ``bench/_baseline.py``): gold words tagged and parsed by the model; raw text tokenized,
 segmented, tagged and parsed by the model. Prints one JSON object.
@@ -30,9 +33,9 @@ import _baseline as bl  # noqa: E402
 PACKAGE = "ufal.udpipe"
 VERSION = "1.4.0.1"
 BASE_MINUTES = 20.0
-# (option template, iteration option, iterations at BASE_MINUTES)
-TOKENIZER = ("epochs={n}", 15)
-TAGGER = ("models=1;use_lemma=0;provide_lemma=0;iterations={n}", 4)
+# (training options of a stage, its epochs/iterations at BASE_MINUTES)
+TOKENIZER = ("epochs={n}", 10)
+TAGGER = ("models=1;use_lemma=0;provide_lemma=0;use_feats=0;provide_feats=0;iterations={n}", 2)
 PARSER = ("iterations={n};structured_interval=0;use_gold_tags=0", 4)
 
 DRIVER = r'''
@@ -93,8 +96,8 @@ for words in job["gold_words"]:
     s = u.Sentence()
     for w in words:
         s.addWord(w)
-    model.tag(s, u.Model.DEFAULT)
-    model.parse(s, u.Model.DEFAULT)
+    if not (model.tag(s, u.Model.DEFAULT) and model.parse(s, u.Model.DEFAULT)):
+        raise SystemExit("the model cannot tag and parse")
     rows.append([[w.upostag, w.xpostag, w.head, w.deprel] for w in list(s.words)[1:]])
 result["gold"] = {"rows": rows, "seconds": time.perf_counter() - wall, "cpu_seconds": time.process_time() - cpu}
 
