@@ -49,6 +49,18 @@ class FactorFamily(ABC):
         """Messages before the first update (uninformative: log-odds 0)."""
         return tuple(np.zeros_like(g) for g in self.gather(np.zeros((self.n + 1, self.n + 1))))
 
+    # -- adjoints, for reverse-mode differentiation through BP (engine.inference.bp_backward) ----------
+    def vjp(self, incoming: Messages, grad_out: Messages) -> tuple[Messages, np.ndarray | None]:
+        """Adjoint of ``propagate``: given ``grad_out`` = d objective / d outgoing messages, return
+        (d objective / d incoming messages, d objective / d the family's parameters ``theta`` or None).
+        A family without an adjoint cannot be trained through BP."""
+        raise NotImplementedError(f"the {self.name} factor family has no adjoint (vjp) yet, so BP through "
+                                  "it cannot be differentiated")
+
+    def initial_vjp(self, grad: Messages) -> np.ndarray | None:
+        """d objective / d ``theta`` through the initial messages (None: they do not depend on it)."""
+        return None
+
 
 class ArcFamily(FactorFamily):
     """A family with one message per arc (LINK, TREE, PTREE, EXACTLY1, ATMOST1, CHILDSEQ)."""

@@ -28,6 +28,13 @@ class Link(ArcFamily):
     def initial(self) -> Messages:
         return (self.theta,)  # a unary factor's message never changes: send it from the start
 
+    def vjp(self, incoming: Messages, grad_out: Messages) -> tuple[Messages, np.ndarray | None]:
+        """The message is ``theta`` whatever comes in: the adjoint goes to ``theta`` only."""
+        return (np.zeros_like(incoming[0]),), np.where(self.valid, grad_out[0], 0.0)
+
+    def initial_vjp(self, grad: Messages) -> np.ndarray | None:
+        return np.where(self.valid, grad[0], 0.0)
+
     def log_potential(self, y: np.ndarray) -> float:
         return float(self.theta[y & self.valid].sum())
 

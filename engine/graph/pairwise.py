@@ -19,12 +19,34 @@ O(1) per factor, computed for the whole family at once.
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import expit
 
 from engine.graph.family import FactorFamily, Messages
 
 
 def softplus(x: np.ndarray) -> np.ndarray:
     return np.logaddexp(0.0, x)
+
+
+def _log_cosh(z: np.ndarray) -> np.ndarray:
+    a = np.abs(z)
+    return a + np.log1p(np.exp(-2.0 * a)) - np.log(2.0)
+
+
+def sigmoid_difference(x: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """``sigma(x + theta) - sigma(x)``, the derivative of a pairwise message ``softplus(x + theta) -
+    softplus(x)`` with respect to ``x``, to full relative precision: its sign is that of ``theta`` and
+    its magnitude ``sinh(|theta|/2) / (2 cosh((x+theta)/2) cosh(x/2))`` is taken in log space (the
+    plain difference of two sigmoids near 1 would keep only its absolute precision). ``theta = -inf``
+    (a hard "not both" factor) gives ``-sigma(x)``."""
+    x, theta = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(theta, dtype=np.float64))
+    hard = np.isneginf(theta)
+    t = np.where(hard, 0.0, theta)
+    half = np.abs(t) / 2.0
+    with np.errstate(divide="ignore"):
+        log_sinh = half + np.log(-np.expm1(-2.0 * half)) - np.log(2.0)  # -inf when theta = 0
+    out = np.sign(t) * np.exp(log_sinh - np.log(2.0) - _log_cosh((x + t) / 2.0) - _log_cosh(x / 2.0))
+    return np.where(hard, -expit(x), out)
 
 
 class PairFamily(FactorFamily):
@@ -44,6 +66,18 @@ class PairFamily(FactorFamily):
     def size(self) -> int:
         return len(self.theta)
 
+    def select(self, index: np.ndarray) -> PairFamily:
+        """The factors ``index`` (integer indices or a boolean mask over the F factors) as a family of
+        their own, in the same order; the flat arc indices are sliced, not recomputed. O(|index|).
+        Relaxed inference (Riedel & Smith 2010 §4.2) builds its sub-graphs this way."""
+        sub = object.__new__(PairFamily)
+        FactorFamily.__init__(sub, self.n, self.valid)
+        sub.name = self.name
+        sub.ah, sub.am, sub.bh, sub.bm = self.ah[index], self.am[index], self.bh[index], self.bm[index]
+        sub.theta = self.theta[index]
+        sub._a, sub._b, sub._size = self._a[index], self._b[index], self._size
+        return sub
+
     def gather(self, arc: np.ndarray) -> Messages:
         flat = arc.reshape(-1)
         return flat[self._a], flat[self._b]
@@ -58,6 +92,14 @@ class PairFamily(FactorFamily):
         to_a = softplus(rb + self.theta) - softplus(rb)
         to_b = softplus(ra + self.theta) - softplus(ra)
         return to_a, to_b
+
+    def vjp(self, incoming: Messages, grad_out: Messages) -> tuple[Messages, np.ndarray | None]:
+        """Adjoint of ``propagate``: ``d to_a / d r_b = sigma(r_b + theta) - sigma(r_b)`` and
+        ``d to_a / d theta = sigma(r_b + theta)`` (and symmetrically for ``to_b``). O(1) per factor."""
+        ra, rb = incoming
+        ga, gb = grad_out
+        grad_theta = ga * expit(rb + self.theta) + gb * expit(ra + self.theta)
+        return (gb * sigmoid_difference(ra, self.theta), ga * sigmoid_difference(rb, self.theta)), grad_theta
 
     def both_true(self, incoming: Messages) -> np.ndarray:
         """Factor beliefs ``b_f(L_a = L_b = true)`` (expected feature counts, §7 eq. 10)."""

@@ -20,6 +20,7 @@ import numpy as np
 from engine.graph.family import ArcFamily, Messages
 from engine.inference.eisner import eisner_marginals
 from engine.inference.matrix_tree import matrix_tree_marginals
+from engine.inference.tree_hessian import eisner_hvp, matrix_tree_hvp
 
 _TINY = 1e-300
 
@@ -54,6 +55,27 @@ class Tree(ArcFamily):
         rest = _exclusive_sum(mu)
         logit = np.log(np.maximum(mu, _TINY)) - np.log(np.maximum(rest, _TINY))
         return (np.where(self.valid, logit - incoming[0], 0.0),)
+
+    def vjp(self, incoming: Messages, grad_out: Messages) -> tuple[Messages, np.ndarray | None]:
+        """Adjoint of ``propagate`` (Gormley et al. 2015 §3.4, Fig. 2 C.1-C.3; for TREE, the
+        non-projective case that paper left to future work).
+
+        ``out = log mu - log rest - r`` with ``rest = exclusive_sum(mu)``, so with ``g = d/d out``:
+        ``d/d mu = g / mu - exclusive_sum(g / rest)`` (the exclusive sum is its own transpose), and the
+        Jacobian of ``mu`` in ``r`` is the Hessian of ``log Z``: ``d/d r = H (d/d mu) - g``, an exact
+        O(n^3) Hessian-vector product (``engine.inference.tree_hessian``). Where the forward pass
+        clamped ``mu`` or ``rest`` at 1e-300 the adjoint through that term is 0."""
+        g = np.where(self.valid, grad_out[0], 0.0)
+        _, mu = self.marginals(incoming)
+        rest = _exclusive_sum(mu)
+        g_mu = (np.where(mu > _TINY, g / np.maximum(mu, _TINY), 0.0)
+                - _exclusive_sum(np.where(rest > _TINY, g / np.maximum(rest, _TINY), 0.0)))
+        scores = np.where(self.valid, incoming[0], -np.inf)
+        if self.projective:
+            hv = eisner_hvp(scores, g_mu, single_root=self.single_root)
+        else:
+            hv = matrix_tree_hvp(scores, g_mu, single_root=self.single_root)[1]
+        return (np.where(self.valid, hv - g, 0.0),), None
 
     def log_potential(self, y: np.ndarray) -> float:
         from engine.decode.mst import is_tree

@@ -59,15 +59,45 @@ def _kirchhoff(scores: np.ndarray, single_root: bool) -> tuple[np.ndarray, np.nd
     if not np.isfinite(shift).all():
         raise ValueError("some word has no allowed head (a whole column of scores is -inf)")
     a = np.exp(s - shift[:, None, :])  # (B, n+1, n)
-    root, arcs = a[:, 0, :], a[:, 1:, :]  # (B, n), (B, n, n) [h-1, m-1]
-    k = -arcs
-    diag = arcs.sum(axis=1) + (0.0 if single_root else root)
-    k[:, words, words] = diag
-    if single_root:
-        k[:, 0, :] = root
     full = np.zeros(scores.shape)
     full[:, :, 1:] = a
-    return full, shift, k
+    return full, shift, laplacian(a, single_root)
+
+
+def laplacian(a: np.ndarray, single_root: bool) -> np.ndarray:
+    """The Kirchhoff matrix (B, n, n) of arc weights ``a`` (B, n+1, n) = heads 0..n x words 1..n, with
+    a zero weight on every self loop. Linear in ``a``, so it also maps signed weights (tangents)."""
+    n = a.shape[-1]
+    words = np.arange(n)
+    root, arcs = a[:, 0, :], a[:, 1:, :]  # (B, n), (B, n, n) [h-1, m-1]
+    k = -arcs
+    k[:, words, words] = arcs.sum(axis=1) + (0.0 if single_root else root)
+    if single_root:
+        k[:, 0, :] = root
+    return k
+
+
+def arc_derivative(g: np.ndarray, single_root: bool) -> np.ndarray:
+    """``d[b, h, m] = <dK/dA[h, m], g[b]>`` (B, n+1, n+1; column 0 zero) for a cell-wise adjoint ``g``
+    (B, n, n) of the Kirchhoff matrix: with ``g = (K^-1)^T`` it is ``d log Z / d A`` (Smith & Smith 2007
+    eq. 7-13), and the marginals are ``A * d``."""
+    n = g.shape[-1]
+    words = np.arange(n)
+    g_diag = g[:, words, words]  # (B, n): cell K[m, m]
+    # word heads: A[h, m] enters K[m, m] (+) and K[h, m] (-); single-root drops K[0, 0]'s sum and row 0
+    d_words = g_diag[:, None, :] - g
+    if single_root:
+        d_words[:, :, 0] = -g[:, :, 0]
+        d_words[:, 0, :] = g_diag
+        d_words[:, 0, 0] = 0.0
+        d_root = g[:, 0, :]
+    else:
+        d_root = g_diag
+    d = np.zeros((len(g), n + 1, n + 1))
+    d[:, 1:, 1:] = d_words
+    d[:, 0, 1:] = d_root
+    d[:, words + 1, words + 1] = 0.0
+    return d
 
 
 def _solve(
@@ -126,22 +156,7 @@ def matrix_tree_marginals(scores: np.ndarray, *, single_root: bool) -> tuple[np.
     scores = _check(scores)
     batch = scores[None] if scores.ndim == 2 else scores
     log_z, a, g, ok = _solve(batch, single_root)  # g[i, j] = d log det K / d K[i, j]
-    n = g.shape[-1]
-    words = np.arange(n)
-    g_diag = g[:, words, words]  # (B, n): cell K[m, m]
-    marg = np.zeros_like(a)
-    # word heads: A[h, m] enters K[m, m] (+) and K[h, m] (-); single-root drops K[0, 0]'s sum and row 0
-    d_words = g_diag[:, None, :] - g
-    if single_root:
-        d_words[:, :, 0] = -g[:, :, 0]
-        d_words[:, 0, :] = g_diag
-        d_words[:, 0, 0] = 0.0
-        d_root = g[:, 0, :]
-    else:
-        d_root = g_diag
-    marg[:, 1:, 1:] = a[:, 1:, 1:] * d_words
-    marg[:, 0, 1:] = a[:, 0, 1:] * d_root
-    marg[:, words + 1, words + 1] = 0.0
+    marg = a * arc_derivative(g, single_root)
     np.clip(marg, 0.0, 1.0, out=marg)
     marg /= np.maximum(marg.sum(axis=1, keepdims=True), np.finfo(float).tiny)
     marg[:, :, 0] = 0.0
