@@ -26,7 +26,7 @@ from engine.graph.build import SentenceGraph, build_graph
 from engine.graph.family import all_arcs
 from engine.inference.bp import BPConfig, BPResult, run_bp
 from engine.inference.exact import TreeConstraint, exact_marginals
-from engine.model.store import ModelError, StoredModel, load_model, read_manifest, save_model
+from engine.model.store import ModelError, StoredModel, half_precision, load_model, read_manifest, save_model
 from engine.parser import FirstOrderParser, ParsedSentence, load_common, model_manifest
 from engine.scoring.potentials import arc_scores
 from engine.scoring.pruning import PruneConfig, prune_arcs
@@ -115,15 +115,17 @@ class BPParser:
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None,
-             arrays: dict[str, np.ndarray] | None = None) -> None:
-        """Write the model; ``arrays`` adds other components' arrays (``engine.pipeline``)."""
+             arrays: dict[str, np.ndarray] | None = None, half: bool = False) -> None:
+        """Write the model; ``arrays`` adds other components' arrays (``engine.pipeline``); ``half`` stores
+        large float arrays as float16 (``engine.model.store.half_precision``)."""
         manifest = model_manifest(self.manifest, extra, 2, self.extractor, self.constraint, self.labeler)
         manifest["features"]["second_order"] = {k: [t.name for t in v] for k, v in self.templates.items()}
         manifest["pruning"] = {"ratio": self.prune.ratio, "max_heads": self.prune.max_heads}
         own = {"weights": self.weights.astype(np.float32)}
         if self.pruner is not None:
             own["pruner"] = self.pruner.astype(np.float32)
-        save_model(directory, manifest, {**own, **(arrays or {})})
+        out = {**own, **(arrays or {})}
+        save_model(directory, manifest, half_precision(out) if half else out)
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> BPParser:

@@ -22,7 +22,7 @@ from engine.decode.mbr import mbr_decode
 from engine.features.extract import FeatureExtractor, Tokens
 from engine.features.templates import ArcTemplate
 from engine.inference.exact import TreeConstraint, exact_marginals
-from engine.model.store import ModelError, StoredModel, load_model, save_model
+from engine.model.store import ModelError, StoredModel, half_precision, load_model, save_model
 from engine.scoring.potentials import arc_scores
 
 
@@ -86,10 +86,12 @@ class FirstOrderParser:
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None,
-             arrays: dict[str, np.ndarray] | None = None) -> None:
-        """Write the model; ``arrays`` adds other components' arrays (``engine.pipeline``)."""
+             arrays: dict[str, np.ndarray] | None = None, half: bool = False) -> None:
+        """Write the model; ``arrays`` adds other components' arrays (``engine.pipeline``); ``half`` stores
+        large float arrays as float16 (``engine.model.store.half_precision``)."""
         manifest = model_manifest(self.manifest, extra, 1, self.extractor, self.constraint, self.labeler)
-        save_model(directory, manifest, {"weights": self.weights.astype(np.float32), **(arrays or {})})
+        out = {"weights": self.weights.astype(np.float32), **(arrays or {})}
+        save_model(directory, manifest, half_precision(out) if half else out)
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> FirstOrderParser:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.model.store import FORMAT_VERSION, ModelError, load_model, save_model
+from engine.model.store import FORMAT_VERSION, HALF_MIN_SIZE, ModelError, half_precision, load_model, save_model
 
 
 def test_round_trip_and_atomic_replace(tmp_path: Path) -> None:
@@ -53,3 +53,16 @@ def test_pickled_arrays_are_refused(tmp_path: Path) -> None:
     np.save(target / "weights.npy", np.array([{"x": 1}], dtype=object), allow_pickle=True)
     with pytest.raises((ModelError, ValueError)):
         load_model(target, verify=False)
+
+
+def test_half_precision_keeps_small_and_overflowing_arrays(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    big = rng.normal(size=HALF_MIN_SIZE).astype(np.float32)
+    arrays = {"big": big, "small": np.ones(3), "huge": np.full(HALF_MIN_SIZE, 1e6), "ids": np.arange(HALF_MIN_SIZE)}
+    half = half_precision(arrays)
+    assert half["big"].dtype == np.float16
+    assert half["small"].dtype == np.float64 and half["huge"].dtype == np.float64  # too small / would overflow
+    assert half["ids"].dtype == arrays["ids"].dtype
+    np.testing.assert_allclose(half["big"].astype(np.float32), big, rtol=1e-3, atol=1e-7)
+    save_model(tmp_path / "m", {}, half)
+    assert load_model(tmp_path / "m").arrays["big"].dtype == np.float16

@@ -42,6 +42,26 @@ def test_pipeline_trains_every_component(trained: tuple[Path, Path, dict]) -> No
     manifest = json.loads((model / "manifest.json").read_text())
     assert set(manifest["components"]) == {"tokenizer", "tagger", "labeler"}
     assert all(name.split(".")[0] in {"weights", "tokenizer", "tagger", "labeler"} for name in manifest["arrays"])
+    assert manifest["arrays"]["weights"]["dtype"] == "float16"  # a pipeline is stored at half precision
+
+
+def test_half_precision_pipeline_parses_like_full_precision(trained: tuple[Path, Path, dict], tmp_path: Path) -> None:
+    model, dev, _ = trained
+    pipeline = Pipeline.load(model)
+    rng = np.random.default_rng(0)  # weights with more significant bits than float16 keeps
+    pipeline.parser.weights = pipeline.parser.weights * (1.0 + 1e-2 * rng.normal(size=pipeline.parser.weights.shape))
+    pipeline.save(tmp_path / "full", half=False)
+    pipeline.save(tmp_path / "half")
+    kinds = {name: json.loads((tmp_path / name / "manifest.json").read_text())["arrays"]["weights"]["dtype"]
+             for name in ("full", "half")}
+    assert kinds == {"full": "float32", "half": "float16"}
+    sentences = read_conllu(dev)
+    full, half = (Pipeline.load(tmp_path / name) for name in ("full", "half"))
+    assert not np.array_equal(full.parser.weights, half.parser.weights)
+    a, b = full.parser.parse(sentences), half.parser.parse(sentences)
+    same = np.mean([np.array_equal(x.heads, y.heads) for x, y in zip(a, b, strict=True)])
+    assert same >= 0.95
+    assert max(float(np.abs(x.marginals - y.marginals).max()) for x, y in zip(a, b, strict=True)) < 0.05
 
 
 def test_pipeline_parses_raw_text(trained: tuple[Path, Path, dict]) -> None:

@@ -50,6 +50,24 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return _sha256(Path(path))
 
 
+HALF_MIN_SIZE = 1 << 16  # float arrays at least this large are stored as float16 by ``half=True``
+
+
+def half_precision(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Large float32/float64 arrays as float16 (half the size on disk; model weights need no more than
+    its 11 significant bits). Small arrays (transition matrices, biases) and arrays whose values would
+    overflow float16 are kept as they are. Every loader casts weights back to its working precision."""
+    out = {}
+    for name, arr in arrays.items():
+        if arr.dtype in (np.float32, np.float64) and arr.size >= HALF_MIN_SIZE:
+            with np.errstate(over="ignore"):
+                half = arr.astype(np.float16)
+            if np.isfinite(half).all():
+                arr = half
+        out[name] = arr
+    return out
+
+
 def save_model(directory: str | os.PathLike[str], manifest: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
     """Write ``manifest.json`` and one ``NAME.npy`` per array into ``directory``, atomically.
 
