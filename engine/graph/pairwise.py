@@ -28,25 +28,16 @@ def softplus(x: np.ndarray) -> np.ndarray:
     return np.logaddexp(0.0, x)
 
 
-def _log_cosh(z: np.ndarray) -> np.ndarray:
-    a = np.abs(z)
-    return a + np.log1p(np.exp(-2.0 * a)) - np.log(2.0)
-
-
 def sigmoid_difference(x: np.ndarray, theta: np.ndarray) -> np.ndarray:
     """``sigma(x + theta) - sigma(x)``, the derivative of a pairwise message ``softplus(x + theta) -
-    softplus(x)`` with respect to ``x``, to full relative precision: its sign is that of ``theta`` and
-    its magnitude ``sinh(|theta|/2) / (2 cosh((x+theta)/2) cosh(x/2))`` is taken in log space (the
-    plain difference of two sigmoids near 1 would keep only its absolute precision). ``theta = -inf``
-    (a hard "not both" factor) gives ``-sigma(x)``."""
-    x, theta = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(theta, dtype=np.float64))
-    hard = np.isneginf(theta)
-    t = np.where(hard, 0.0, theta)
-    half = np.abs(t) / 2.0
-    with np.errstate(divide="ignore"):
-        log_sinh = half + np.log(-np.expm1(-2.0 * half)) - np.log(2.0)  # -inf when theta = 0
-    out = np.sign(t) * np.exp(log_sinh - np.log(2.0) - _log_cosh((x + t) / 2.0) - _log_cosh(x / 2.0))
-    return np.where(hard, -expit(x), out)
+    softplus(x)`` with respect to ``x``, to full relative precision (the plain difference of two
+    sigmoids near 1 keeps only its absolute precision). As a product of factors that are each exact,
+
+        sign(theta) * sigma(x + max(theta, 0)) * sigma(-x - min(theta, 0)) * (1 - exp(-|theta|))
+
+    which also gives ``-sigma(x)`` for ``theta = -inf`` (a hard "not both" factor)."""
+    pos, neg = np.maximum(theta, 0.0), np.minimum(theta, 0.0)
+    return np.sign(theta) * expit(x + pos) * expit(-x - neg) * -np.expm1(-np.abs(theta))
 
 
 class PairFamily(FactorFamily):

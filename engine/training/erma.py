@@ -1,0 +1,301 @@
+"""Approximation-aware training (Gormley, Dredze & Eisner 2015): follow the gradient of the actual
+objective through the inference that the parser will run.
+
+The circuit per sentence (§3.1, Fig. 2): weights -> potentials (LINK log-potentials, each pairwise
+factor's theta) -> T iterations of BP -> beliefs -> objective. The gradient comes back by reverse mode
+(``engine.inference.bp_backward``; for the tree factor an exact Hessian-vector product), and, the
+model being linear in hashed features, the weight gradient is the feature-summed adjoint of every
+potential. For a first-order model the same objectives are trained on *exact* marginals (§4,
+"loss-aware training with exact inference"): the gradient in the scores is ``H (d objective / d mu)``.
+
+Objectives (``engine.training.objectives``): ``l2`` (eq. 12), ``ar`` (annealed risk, eq. 10-11, the
+temperature annealed linearly over the steps), ``l2+ar`` (layer-wise: L2 first, then annealed risk
+from the best L2 model, §3.2), and ``cll`` (the baseline, §4: exact CLL for first-order models,
+surrogate CLL from BP beliefs, Smith & Eisner 2008 §7, under BP).
+
+Optimiser (§3, eq. 8): AdaGrad with composite mirror descent and the squared L2 regulariser (Duchi,
+Hazan & Singer 2011, the composite mirror descent update with ``H_t = delta I + diag(G_t)^(1/2)``),
+on mini-batches of equal-length sentences; the regulariser of a batch is ``l2 * (batch size / N)``.
+Its closed form per weight is
+
+    w <- (H w - eta g) / (H + eta l2_batch)
+
+applied densely (the paper's lazy sparse form applies the same shrinkage to untouched weights, in
+one step when they are next touched; the result is the same). Each epoch's iterates are averaged
+(optional) and the epoch with the best dev score is kept (early stopping, §5.1). Ctrl-C keeps the
+best model so far.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from engine.graph.build import SentenceGraph
+from engine.graph.tree import Tree
+from engine.inference.bp import BPConfig, BPResult
+from engine.inference.bp_backward import bp_backward, bp_forward
+from engine.inference.exact import TreeConstraint, exact_marginals
+from engine.inference.tree_hessian import tree_hvp
+from engine.scoring.potentials import arc_scores, scatter_gradient
+from engine.training.cll import TrainingBatch, TrainResult, cll_objective, prepare_batches, usable_trees
+from engine.training.objectives import AnnealSchedule, annealed_risk, gold_indicators, l2_distance
+from engine.training.surrogate import surrogate_gradient_terms
+
+log = logging.getLogger(__name__)
+
+OBJECTIVES = ("cll", "l2", "ar", "l2+ar")
+
+
+@dataclass(frozen=True)
+class ErmaConfig:
+    """Settings of approximation-aware training, validated once."""
+
+    objective: str = "l2"
+    epochs: int = 5
+    batch_size: int = 32
+    learning_rate: float = 0.05
+    l2: float = 10.0
+    seed: int = 0
+    average: bool = True
+    anneal: AnnealSchedule = field(default_factory=AnnealSchedule)
+    l2_epochs: int | None = None  # l2+ar: epochs of L2 before the annealed risk (None: half, rounded up)
+    delta: float = 1e-8  # AdaGrad's H = delta + sqrt(sum of squared gradients)
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if self.epochs < 1 or self.batch_size < 1:
+            raise ValueError("epochs and batch_size must be at least 1")
+        if self.learning_rate <= 0 or self.l2 < 0 or self.delta <= 0:
+            raise ValueError("learning_rate and delta must be > 0 and l2 >= 0")
+        if self.objective == "l2+ar" and self.epochs < 2:
+            raise ValueError("l2+ar needs at least 2 epochs (L2 first, then annealed risk)")
+        if self.l2_epochs is not None and not 1 <= self.l2_epochs < self.epochs:
+            raise ValueError(f"l2_epochs must be in 1..{self.epochs - 1}, got {self.l2_epochs}")
+
+    def stages(self) -> list[tuple[str, int]]:
+        """(objective, epochs) of each training stage."""
+        if self.objective != "l2+ar":
+            return [(self.objective, self.epochs)]
+        first = self.l2_epochs if self.l2_epochs is not None else math.ceil(self.epochs / 2)
+        return [("l2", first), ("ar", self.epochs - first)]
+
+
+class AdaGradCMD:
+    """Diagonal AdaGrad, composite mirror descent with ``(l2 / 2) |w|^2`` (Duchi et al. 2011)."""
+
+    def __init__(self, dim: int, learning_rate: float, delta: float = 1e-8) -> None:
+        self.g2 = np.zeros(dim)
+        self.learning_rate, self.delta = learning_rate, delta
+
+    def step(self, w: np.ndarray, grad: np.ndarray, l2: float) -> None:
+        """Update ``w`` in place from the loss gradient ``grad`` and this step's regulariser ``l2``."""
+        self.g2 += grad * grad
+        h = self.delta + np.sqrt(self.g2)
+        w *= h
+        w -= self.learning_rate * grad
+        w /= h + self.learning_rate * l2
+
+
+def tree_constraint(graph: SentenceGraph) -> TreeConstraint:
+    """The tree space of a graph's TREE/PTREE factor (where the MBR decoder and ``q_T`` range)."""
+    for f in graph.families:
+        if isinstance(f, Tree):
+            return TreeConstraint("projective" if f.projective else "nonprojective",
+                                  "single" if f.single_root else "multi")
+    raise ValueError("the annealed risk needs a TREE or PTREE factor in the graph")
+
+
+def tree_log_likelihood(graph: SentenceGraph, result: BPResult,
+                        gold_heads: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """``-log p(gold)`` read off BP as ``log Z_tree(r) - sum_gold theta_link`` with ``r`` the tree
+    factor's final incoming messages: exact for a TREE/PTREE + LINK graph (r = theta after one
+    iteration), where its gradient through BP is the CLL gradient (Gormley et al. §5.2, Stoyanov et
+    al. 2011); it ignores higher-order factors. Returns (value, d/d r, direct d/d theta_link)."""
+    tree_pos = next(i for i, f in enumerate(graph.families) if isinstance(f, Tree))
+    tree = graph.families[tree_pos]
+    log_z, mu = tree.marginals(result.incoming[tree_pos])
+    y = gold_indicators(gold_heads)
+    value = float(log_z - (graph.link.theta * y).sum())
+    return value, np.where(graph.valid, mu, 0.0), -y
+
+
+def bp_gradient_terms(graph: SentenceGraph, gold_heads: np.ndarray, bp: BPConfig, objective: str,
+                      temperature: float | None = None) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
+    """One sentence: run BP with a tape, evaluate ``objective`` on its beliefs, back-propagate.
+
+    Returns (objective value, feature indices, their gradient weights), like
+    ``surrogate_gradient_terms`` (which ``cll`` uses). ``objective``: ``l2``, ``ar`` (needs
+    ``temperature``) or ``ll`` (``tree_log_likelihood``, for tests)."""
+    if objective == "cll":
+        return surrogate_gradient_terms(graph, gold_heads, bp)
+    result, tape = bp_forward(graph.families, graph.valid, bp)
+    y = gold_indicators(gold_heads)
+    grad_incoming, direct = None, 0.0
+    tree_pos = 0
+    if objective == "l2":
+        value, g_b = l2_distance(result.beliefs, y, graph.valid)
+    elif objective == "ar":
+        assert temperature is not None, "the annealed risk needs a temperature"
+        value, g_b = annealed_risk(result.beliefs, y, graph.valid, temperature, tree_constraint(graph))
+    elif objective == "ll":
+        tree_pos = next(i for i, f in enumerate(graph.families) if isinstance(f, Tree))
+        value, g_r, direct = tree_log_likelihood(graph, result, gold_heads)
+        grad_incoming, g_b = {tree_pos: (g_r,)}, None
+    else:
+        raise ValueError(f"unknown objective {objective!r}")
+    thetas = bp_backward(graph.families, graph.valid, tape, bp, g_b, grad_incoming)
+    pos = {id(f): i for i, f in enumerate(graph.families)}
+    feats = graph.link_features
+    assert feats is not None, "the graph was built without its first-order features"
+    g_link = thetas[pos[id(graph.link)]]
+    g_link = (0.0 if g_link is None else g_link) + direct
+    valid = graph.valid
+    idx = [feats[valid].reshape(-1)]
+    val = [np.repeat(np.broadcast_to(g_link, valid.shape)[valid], feats.shape[-1])]
+    for terms in graph.soft.values():
+        g = thetas[pos[id(terms.family)]]
+        if g is not None and len(terms.features):
+            idx.append(terms.features.reshape(-1))
+            val.append(np.repeat(g, terms.features.shape[1]))
+    return value, idx, val
+
+
+def exact_objective(weights: np.ndarray, batch: TrainingBatch, constraint: TreeConstraint, objective: str,
+                    temperature: float | None = None) -> tuple[float, np.ndarray]:
+    """A first-order batch under exact inference (§4): value and weight gradient.
+
+    ``cll`` is ``cll_objective``; ``l2`` / ``ar`` differentiate through the exact marginals with
+    ``d/d scores = H (d/d mu)`` (``tree_hessian``, batched Matrix-Tree or per-sentence Eisner)."""
+    if objective == "cll":
+        return cll_objective(weights, batch, constraint)
+    scores = arc_scores(weights, batch.features)
+    valid = np.isfinite(scores)
+    y = gold_indicators(batch.gold)
+    _, mu = exact_marginals(scores, constraint)
+    if objective == "l2":
+        value, g_mu = l2_distance(mu, y, valid)
+    elif objective == "ar":
+        assert temperature is not None, "the annealed risk needs a temperature"
+        value, g_mu = annealed_risk(mu, y, valid, temperature, constraint)
+    else:
+        raise ValueError(f"unknown objective {objective!r}")
+    g_s = np.where(valid, tree_hvp(scores, g_mu, constraint), 0.0)
+    return value, scatter_gradient(batch.features, g_s, len(weights))
+
+
+BatchGradient = Callable[[np.ndarray, int, str, float | None], tuple[float, np.ndarray]]
+
+
+def _optimise(w: np.ndarray, batch_gradient: BatchGradient, sizes: Sequence[int], config: ErmaConfig,
+              dev_score: Callable[[np.ndarray], float] | None, progress: bool,
+              on_batch: Callable[[int, int], None] | None) -> tuple[np.ndarray, int, list[dict[str, Any]], bool]:
+    """The epoch loop shared by BP and exact training; ``w`` is updated in place.
+    Returns (best weights, best epoch, history, interrupted)."""
+    n_sent = max(sum(sizes), 1)
+    rng = np.random.default_rng(config.seed)
+    stages = config.stages()
+    total_batches, done, epoch = sum(e for _, e in stages) * len(sizes), 0, 0
+    best_w, best_score, best_epoch = w.copy(), -np.inf, 0
+    history: list[dict[str, Any]] = []
+    w_sum = np.zeros_like(w)
+    try:
+        for stage, (objective, epochs) in enumerate(stages):
+            if stage > 0 and best_epoch > 0:
+                w[:] = best_w  # layer-wise: start the next objective from the best model so far
+            opt = AdaGradCMD(len(w), config.learning_rate, config.delta)
+            steps = epochs * len(sizes)
+            for stage_epoch in range(epochs):
+                epoch += 1
+                t0, total, count = time.perf_counter(), 0.0, 0
+                w_sum[:] = 0.0
+                order = rng.permutation(len(sizes))
+                for k, g in enumerate(tqdm(order, desc=f"epoch {epoch} ({objective})", unit="batch",
+                                           disable=not progress)):
+                    step = stage_epoch * len(sizes) + k
+                    temperature = config.anneal.at(step, steps) if objective == "ar" else None
+                    loss, grad = batch_gradient(w, int(g), objective, temperature)
+                    grad[0] = 0.0
+                    opt.step(w, grad, config.l2 * sizes[g] / n_sent)
+                    total += loss
+                    w_sum += w
+                    count += 1
+                    done += 1
+                    if on_batch is not None:
+                        on_batch(done, total_batches)
+                current = w_sum / count if config.average else w.copy()
+                entry: dict[str, Any] = {"epoch": epoch, "objective": objective, "loss": total / n_sent,
+                                         "seconds": time.perf_counter() - t0}
+                if objective == "ar":  # the temperature reached at the end of this epoch
+                    entry["temperature"] = config.anneal.at((stage_epoch + 1) * len(sizes) - 1, steps)
+                entry["dev"] = dev_score(current) if dev_score is not None else -entry["loss"]
+                history.append(entry)
+                log.info("epoch %d (%s): loss/sentence %.4f, dev %.3f, %.1f s", epoch, objective, entry["loss"],
+                         entry["dev"], entry["seconds"])
+                if progress:
+                    tqdm.write(f"epoch {epoch} ({objective}): loss/sent {entry['loss']:.4f}  dev {entry['dev']:.3f}  "
+                               f"({entry['seconds']:.1f} s)")
+                if entry["dev"] > best_score:
+                    best_w, best_score, best_epoch = current.copy(), entry["dev"], epoch
+    except KeyboardInterrupt:
+        log.warning("interrupted: keeping the best model so far (epoch %d)", best_epoch)
+        return best_w, best_epoch, history, True
+    return best_w, best_epoch, history, False
+
+
+def train_erma(parser: Any, train: Sequence[Any], config: ErmaConfig, bp: BPConfig,
+               dev_score: Callable[[np.ndarray], float] | None = None, progress: bool = True,
+               on_batch: Callable[[int, int], None] | None = None) -> TrainResult:
+    """Train a ``BPParser``'s weights in place from their current value (e.g. warm-started from its
+    pruner) through ``bp`` (fixed iterations); returns the best weights, also left in ``parser``."""
+    from engine.data.batching import length_batches
+
+    start = time.perf_counter()
+    keep, skipped = usable_trees(train, parser.constraint)
+    sents = [train[i] for i in keep]
+    groups = length_batches([len(s.forms) for s in sents], config.batch_size)
+
+    def batch_gradient(w: np.ndarray, g: int, objective: str, temperature: float | None) -> tuple[float, np.ndarray]:
+        parser.weights = w
+        batch = [sents[i] for i in groups[g]]
+        idx, val, total = [], [], 0.0
+        for i, graph, _ in parser.graphs(batch, gold=True, batch_size=len(batch)):
+            loss, ii, vv = bp_gradient_terms(graph, batch[i].heads, bp, objective, temperature)
+            total += loss
+            idx += ii
+            val += vv
+        return total, np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=len(w))
+
+    w = parser.weights
+    best, best_epoch, history, interrupted = _optimise(w, batch_gradient, [len(g) for g in groups], config,
+                                                       dev_score, progress, on_batch)
+    parser.weights = best
+    return TrainResult(best, best_epoch, history, interrupted, skipped, time.perf_counter() - start,
+                       {**asdict(config), "bp": asdict(bp)})
+
+
+def train_erma_exact(extractor: Any, constraint: TreeConstraint, train: Sequence[Any], config: ErmaConfig,
+                     dev_score: Callable[[np.ndarray], float] | None = None, progress: bool = True,
+                     on_batch: Callable[[int, int], None] | None = None,
+                     initial: np.ndarray | None = None) -> TrainResult:
+    """Train a first-order model under exact inference (§4) from ``initial`` (default zeros)."""
+    start = time.perf_counter()
+    keep, skipped = usable_trees(train, constraint)
+    batches = prepare_batches(extractor, [train[i] for i in keep], config.batch_size, progress)
+    w = np.zeros(extractor.dim) if initial is None else initial.astype(np.float64, copy=True)
+
+    def batch_gradient(weights: np.ndarray, g: int, objective: str,
+                       temperature: float | None) -> tuple[float, np.ndarray]:
+        return exact_objective(weights, batches[g], constraint, objective, temperature)
+
+    best, best_epoch, history, interrupted = _optimise(w, batch_gradient, [len(b.gold) for b in batches], config,
+                                                       dev_score, progress, on_batch)
+    return TrainResult(best, best_epoch, history, interrupted, skipped, time.perf_counter() - start, asdict(config))
