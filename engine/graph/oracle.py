@@ -3,6 +3,8 @@
 ``assignment_marginals`` enumerates every assignment of the valid link variables (2^V of them);
 ``tree_marginals`` enumerates only the dependency trees (for graphs containing a TREE factor).
 ``arc_family_messages`` computes, by enumeration, the exact messages an arc-shaped family sends.
+``tree_log_weights`` scores every tree under LINK and pairwise families at once (vectorised), for
+oracles over many random models (relaxed inference, Riedel & Smith 2010).
 """
 
 from __future__ import annotations
@@ -50,6 +52,31 @@ def tree_marginals(families: Sequence[FactorFamily], n: int, *, single_root: boo
         ys[t, heads[1:], np.arange(1, n + 1)] = True
     log_w = np.array([sum(f.log_potential(y) for f in families) for y in ys])
     return _marginals(ys, log_w)
+
+
+def tree_log_weights(families: Sequence[FactorFamily], n: int, *, single_root: bool,
+                     projective: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Every tree as a boolean arc matrix (T, n+1, n+1) and its unnormalised log-weight (T,) under the
+    LINK and pairwise families among ``families`` (a TREE/PTREE factor is implied by the enumeration;
+    any other family is refused). Vectorised over trees: O(T (n^2 + F))."""
+    from engine.graph.hard import Link
+    from engine.graph.pairwise import PairFamily
+    from engine.graph.tree import Tree
+
+    trees = enumerate_trees(n, single_root=single_root, projective=projective)
+    ys = np.zeros((len(trees), n + 1, n + 1), dtype=bool)
+    ys[np.arange(len(trees))[:, None], trees[:, 1:], np.arange(1, n + 1)] = True
+    flat = ys.reshape(len(trees), -1)
+    log_w = np.zeros(len(trees))
+    for f in families:
+        if isinstance(f, Link):
+            log_w += flat @ f.theta.reshape(-1)
+        elif isinstance(f, PairFamily):
+            on = flat[:, f._a] & flat[:, f._b]
+            log_w += np.where(on, f.theta, 0.0).sum(axis=1)
+        elif not isinstance(f, Tree):
+            raise TypeError(f"tree_log_weights scores LINK and pairwise families only, not {f.name}")
+    return ys, log_w
 
 
 def arc_family_messages(family: FactorFamily, incoming: np.ndarray) -> np.ndarray:

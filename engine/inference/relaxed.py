@@ -1,0 +1,355 @@
+"""Relaxed marginal inference (Riedel & Smith 2010 §4) and the factor-pruning baseline (§5.3).
+
+**Algorithm 1** (§4.2). Start from the graph F' of the hard factors (TREE/PTREE, ...) and LINK; find
+its marginals with the solver (loopy BP, at most B iterations); compute the gain of every
+higher-order factor not yet in F'; add those whose gain exceeds epsilon; repeat until no factor is
+added or R separation rounds have run. The answer is BP's beliefs on the last graph. ``Rel(R, eps,
+B)`` in the paper's notation (§5.2, Tables 1-2) is ``RelaxedConfig(rounds=R, epsilon=eps,
+bp_iterations=B)``; ``R = inf`` is ``rounds=None``. With R = 1 the marginals of the initial graph
+pick the factors once and BP runs once more on the grown graph.
+
+Candidates are the soft pairwise factors (GRAND, SIB: a ``PairFamily`` with finite weights), each a
+binary feature phi = L_a AND L_b with weight theta. Other families (hard NOT2 / NO2CYCLE, structured
+CHILDSEQ / NOCROSS) are not single binary features and always stay in the graph.
+
+**Gain** (Proposition 1, eq. 3). For a factor with weight theta whose feature fires with probability
+mu under p_F'::
+
+    g = log(1 - mu + mu e^theta) - mu theta  =  D(p_F' || p_F'+i)
+
+This is the KL divergence *from* the current model *to* the model with the factor added (the appendix
+derives eq. 3 from the primal form of D(p_F' || p_F); §4.1 writes the arguments the other way round,
+which would need mu under F' + i). For a pair factor not yet in the graph, mu = p_F'(L_a and L_b) has no
+BP belief (the factor is not there to have one); we take the product of the two link beliefs,
+``mu ~ b(L_a) b(L_b)``, i.e. treat the two links as independent under the current graph. Both arcs of
+a GRAND or SIB factor have different dependents, so a tree factor couples them only through
+acyclicity and the single root. Computed for all candidates of a family at once: O(F) numpy work.
+
+**The bound** (Proposition 2). Rewrite each left-out factor with theta < 0 as its negation (phi -> 1 -
+phi, theta -> -theta; the distribution does not change). Then over the left-out factors G::
+
+    eta = ||theta_G||_1 - <mu_G, theta_G> = sum_{theta>0} theta (1 - mu) + sum_{theta<0} |theta| mu >= 0
+
+and D(p_F' || p_F) <= eta (part 1). The appendix shows p_F(y) <= e^eta p_F'(y) for every tree y;
+applied to an event (an arc) with probability mu' under F' and to its complement::
+
+    max(0, mu' - (e^eta - 1)(1 - mu'))  <=  mu  <=  min(1, mu' + (e^eta - 1) mu')
+
+Part 2 of the paper states the lower end as mu' - (e^eta - 1) mu'. That does not follow from the
+appendix and fails when mu' is small and the left-out factors push it down (a two-word counterexample
+is in ``tests/test_relaxed.py``); ``marginal_interval`` returns the sound interval above, whose upper
+end is the paper's. In the parser mu_G and mu' come from BP beliefs (and the product approximation),
+so eta is an estimate of the bound, not a guarantee: it does not cover BP's own approximation error.
+
+**Pruned(t)** (§5.3): drop every candidate factor with |theta| < t, then run BP once; eta is
+computed the same way over the dropped factors.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.graph.family import ArcFamily, FactorFamily, Messages
+from engine.graph.hard import Link
+from engine.graph.pairwise import PairFamily
+from engine.inference.bp import BPConfig, BPResult, run_bp
+
+__all__ = ["PrunedConfig", "RelaxedConfig", "RelaxedResult", "eta_bound", "factor_gain", "infer",
+           "marginal_interval", "pair_feature_expectations", "pruned_bp", "relaxed_bp"]
+
+
+@dataclass(frozen=True)
+class RelaxedConfig:
+    """Rel(R, epsilon, B) of Riedel & Smith §5.2: at most ``rounds`` separation rounds (None: until no
+    factor is added, R = inf), gain threshold ``epsilon``, at most ``bp_iterations`` BP iterations per
+    solve (stopping earlier when messages change by less than ``tolerance``). ``warm_start`` starts each
+    solve from the previous solve's messages (new factors from uninformative ones)."""
+
+    epsilon: float = 1e-4
+    rounds: int | None = None
+    bp_iterations: int = 50
+    schedule: str = "serial"
+    tolerance: float = 1e-6
+    warm_start: bool = True
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.epsilon) and self.epsilon >= 0.0):
+            raise ValueError(f"epsilon must be finite and >= 0, got {self.epsilon}")
+        if self.rounds is not None and self.rounds < 1:
+            raise ValueError(f"rounds must be at least 1 (or None for no limit), got {self.rounds}")
+        self.bp  # noqa: B018  (validates the BP settings once)
+
+    @property
+    def bp(self) -> BPConfig:
+        return BPConfig(max_iterations=self.bp_iterations, schedule=self.schedule, tolerance=self.tolerance)
+
+    @property
+    def label(self) -> str:
+        return f"Rel({'inf' if self.rounds is None else self.rounds}, {self.epsilon:g}, {self.bp_iterations})"
+
+
+@dataclass(frozen=True)
+class PrunedConfig:
+    """Pruned(t) of Riedel & Smith §5.3: higher-order factors with |theta| < ``threshold`` are dropped
+    before BP (``bp_iterations``, ``schedule``, ``tolerance`` as in ``BPConfig``)."""
+
+    threshold: float = 0.1
+    bp_iterations: int = 10
+    schedule: str = "serial"
+    tolerance: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.threshold) and self.threshold >= 0.0):
+            raise ValueError(f"threshold must be finite and >= 0, got {self.threshold}")
+        self.bp  # noqa: B018
+
+    @property
+    def bp(self) -> BPConfig:
+        return BPConfig(max_iterations=self.bp_iterations, schedule=self.schedule, tolerance=self.tolerance)
+
+    @property
+    def label(self) -> str:
+        return f"Pruned({self.threshold:g})"
+
+
+@dataclass
+class RelaxedResult(BPResult):
+    """BP's result on the final sub-graph plus the controller's diagnostics: ``rounds`` (separation
+    rounds run), higher-order factors in the final graph and in the full one, ``eta`` (Prop. 2; also the
+    KL bound), ``seconds`` of inference (graph building and feature extraction excluded), and per
+    candidate family name the boolean mask of its factors in the final graph (``selected``)."""
+
+    method: str = "relaxed"
+    rounds: int = 0
+    factors_used: int = 0
+    factors_total: int = 0
+    eta: float = 0.0
+    seconds: float = 0.0
+    selected: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def factor_fraction(self) -> float:
+        """Fraction of the higher-order factors in the final graph (1 when there are none)."""
+        return self.factors_used / self.factors_total if self.factors_total else 1.0
+
+    def interval(self, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return marginal_interval(mu, self.eta)
+
+    def diagnostics(self) -> dict[str, Any]:
+        return {"method": self.method, "rounds": self.rounds, "bp_iterations": self.iterations,
+                "factors_added": self.factors_used, "factors_total": self.factors_total,
+                "factor_fraction": self.factor_fraction, "eta": self.eta, "kl_bound": self.eta,
+                "inference_seconds": self.seconds}
+
+
+# -- Propositions 1 and 2 -----------------------------------------------------------------------------
+def _positive(mu: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Negated form of Prop. 2: (|theta|, probability that the possibly negated feature fires)."""
+    mu = np.clip(np.asarray(mu, dtype=np.float64), 0.0, 1.0)
+    theta = np.asarray(theta, dtype=np.float64)
+    return np.abs(theta), np.where(theta >= 0.0, mu, 1.0 - mu)
+
+
+def factor_gain(mu: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """Gain of adding each binary factor (Riedel & Smith Prop. 1, eq. 3), elementwise, >= 0:
+    ``g = log(1 - mu + mu e^theta) - mu theta = D(p_F' || p_F'+i)``.
+
+    ``mu`` (F,) probability that the factor's feature fires under the current graph, ``theta`` (F,)
+    finite weights. Evaluated on the negated form (theta >= 0, the gain does not change) as
+    ``(1 - m) t + log(m + (1 - m) e^-t)``, by log1p except where that argument is near -1: no overflow
+    for any finite weight. O(F).
+
+    >>> float(np.round(factor_gain(np.array([0.5]), np.array([2.0]))[0], 6))
+    0.433781
+    """
+    t, m = _positive(mu, theta)
+    inner = (1.0 - m) * np.expm1(-t)
+    low = inner < -0.5  # m ~ 0 and large t: log1p(-1 + e^-t) would round to -inf
+    gain = (1.0 - m) * t + np.log1p(np.where(low, 0.0, inner))
+    if low.any():
+        ml, tl = m[low], t[low]
+        with np.errstate(divide="ignore"):  # log(0) = -inf where m = 0 is fine inside logaddexp
+            gain[low] = (1.0 - ml) * tl + np.logaddexp(np.log(ml), np.log1p(-ml) - tl)
+    return np.maximum(gain, 0.0)
+
+
+def eta_bound(mu: np.ndarray, theta: np.ndarray) -> float:
+    """eta of Riedel & Smith Prop. 2 over left-out factors with weights ``theta`` (F,) whose features
+    fire with probability ``mu`` (F,) under the sub-graph: ``sum |theta| (1 - mu~)`` with mu~ the
+    probability of the (negated where theta < 0) feature. Bounds D(p_F' || p_F). O(F)."""
+    t, m = _positive(mu, theta)
+    return float(np.dot(t, 1.0 - m))
+
+
+def marginal_interval(mu: np.ndarray, eta: float) -> tuple[np.ndarray, np.ndarray]:
+    """Interval for the full model's marginal of an event with probability ``mu`` under the sub-graph
+    (Riedel & Smith Prop. 2 from ``p_F <= e^eta p_F'``, applied to the event and its complement):
+    ``[mu - (e^eta - 1)(1 - mu), mu + (e^eta - 1) mu]`` clipped to [0, 1]; the upper end is the
+    paper's, the lower end the sound one (see the module docstring)."""
+    mu = np.clip(np.asarray(mu, dtype=np.float64), 0.0, 1.0)
+    width = math.expm1(eta) if eta < 700.0 else math.inf
+    with np.errstate(invalid="ignore"):  # inf * 0 where mu is exactly 0 or 1
+        lower = np.where(mu >= 1.0, 1.0, mu - width * (1.0 - mu))
+        upper = np.where(mu <= 0.0, 0.0, mu + width * mu)
+    return np.clip(lower, 0.0, 1.0), np.clip(upper, 0.0, 1.0)
+
+
+def pair_feature_expectations(family: PairFamily, beliefs: np.ndarray,
+                              index: np.ndarray | None = None) -> np.ndarray:
+    """mu ~ b(L_a) b(L_b) for the factors ``index`` of ``family`` (all by default): the probability that
+    both links are on, approximated by the product of the link beliefs (n+1, n+1)."""
+    b_a, b_b = family.gather(beliefs)
+    if index is not None:
+        b_a, b_b = b_a[index], b_b[index]
+    return b_a * b_b
+
+
+# -- the controller -----------------------------------------------------------------------------------
+class _WarmStart(FactorFamily):
+    """A family whose BP run starts from given messages instead of uninformative ones."""
+
+    def __init__(self, family: FactorFamily, messages: Messages) -> None:
+        super().__init__(family.n, family.valid)
+        self.family, self.messages, self.name = family, messages, family.name
+
+    def gather(self, arc: np.ndarray) -> Messages:
+        return self.family.gather(arc)
+
+    def scatter(self, messages: Messages) -> np.ndarray:
+        return self.family.scatter(messages)
+
+    def propagate(self, incoming: Messages) -> Messages:
+        return self.family.propagate(incoming)
+
+    def log_potential(self, y: np.ndarray) -> float:
+        return self.family.log_potential(y)
+
+    def initial(self) -> Messages:
+        return self.messages
+
+
+def _candidates(families: Sequence[FactorFamily]) -> list[int]:
+    """Indices of the soft pairwise families (finite weights): the factors relaxation may leave out."""
+    return [i for i, f in enumerate(families) if isinstance(f, PairFamily) and np.isfinite(f.theta).all()]
+
+
+class _SubGraph:
+    """The current sub-graph F': every non-candidate family, and the active factors of each candidate
+    family. Keeps the last messages of every factor so that the next solve can start from them."""
+
+    def __init__(self, families: Sequence[FactorFamily], active: dict[int, np.ndarray], warm: bool) -> None:
+        self.families, self.active, self.warm = families, active, warm
+        self.saved: dict[int, Messages] = {}
+        self.iterations = 0
+
+    def solve(self, valid: np.ndarray, config: BPConfig) -> BPResult:
+        members: list[FactorFamily] = []
+        owners: list[tuple[int, np.ndarray | None]] = []
+        for i, f in enumerate(self.families):
+            index = None
+            if i in self.active:
+                index = np.flatnonzero(self.active[i])
+                if not len(index):
+                    continue
+                f = f.select(index)  # type: ignore[attr-defined]
+            if self.warm and i in self.saved:
+                old = self.saved[i]
+                f = _WarmStart(f, old if index is None else tuple(m[index] for m in old))
+            members.append(f)
+            owners.append((i, index))
+        if all(isinstance(f, Link) for f in members[1:]) and isinstance(members[0], ArcFamily):
+            config = BPConfig(max_iterations=1, schedule="flooding")  # one arc-shaped factor + LINK: exact
+        result = run_bp(members, valid, config)
+        self.iterations += result.iterations
+        if self.warm:
+            for (i, index), msgs in zip(owners, result.messages, strict=True):
+                if index is None:
+                    self.saved[i] = msgs
+                else:
+                    full = self.saved.get(i) or tuple(np.zeros(self.families[i].size) for _ in msgs)  # type: ignore
+                    for whole, part in zip(full, msgs, strict=True):
+                        whole[index] = part
+                    self.saved[i] = full
+        return result
+
+    def left_out_eta(self, beliefs: np.ndarray) -> float:
+        eta = 0.0
+        for i, mask in self.active.items():
+            out = np.flatnonzero(~mask)
+            if len(out):
+                fam: PairFamily = self.families[i]  # type: ignore[assignment]
+                eta += eta_bound(pair_feature_expectations(fam, beliefs, out), fam.theta[out])
+        return eta
+
+    def finish(self, result: BPResult, method: str, rounds: int, eta: float, start: float) -> RelaxedResult:
+        used = sum(int(m.sum()) for m in self.active.values())
+        total = sum(len(m) for m in self.active.values())
+        return RelaxedResult(result.beliefs, result.log_odds, result.messages, result.incoming, self.iterations,
+                             result.converged, result.residual, result.tape, method=method, rounds=rounds,
+                             factors_used=used, factors_total=total, eta=eta,
+                             seconds=time.perf_counter() - start,
+                             selected={self.families[i].name: m for i, m in self.active.items()})
+
+
+def relaxed_bp(families: Sequence[FactorFamily], valid: np.ndarray,
+               config: RelaxedConfig = RelaxedConfig()) -> RelaxedResult:
+    """Relaxed marginal inference, Riedel & Smith Algorithm 1 (§4.2), with loopy BP as the solver.
+
+    ``families`` is the full factor graph of one sentence (``families[0]`` the tree factor, as for
+    ``run_bp``); the soft pairwise families are the candidates, everything else forms the initial graph.
+    Each separation round costs O(F) for the F candidates not yet added (Prop. 1, vectorised). The
+    result's ``eta`` is Prop. 2's bound over the factors still left out, from the final beliefs.
+    """
+    start = time.perf_counter()
+    cand = _candidates(families)
+    graph = _SubGraph(families, {i: np.zeros(families[i].size, dtype=bool) for i in cand}, config.warm_start)
+    result = graph.solve(valid, config.bp)
+    rounds, eta = 0, None
+    while config.rounds is None or rounds < config.rounds:
+        rounds += 1
+        added, eta = 0, 0.0
+        for i in cand:
+            fam: PairFamily = families[i]  # type: ignore[assignment]
+            out = np.flatnonzero(~graph.active[i])
+            mu, theta = pair_feature_expectations(fam, result.beliefs, out), fam.theta[out]
+            gain = factor_gain(mu, theta)
+            new = gain > config.epsilon
+            graph.active[i][out[new]] = True
+            added += int(new.sum())
+            eta += eta_bound(mu[~new], theta[~new])
+        if not added:
+            break  # eta above is over exactly the factors left out, from the final beliefs
+        eta = None
+        result = graph.solve(valid, config.bp)
+    if eta is None:
+        eta = graph.left_out_eta(result.beliefs)
+    return graph.finish(result, "relaxed", rounds, eta, start)
+
+
+def pruned_bp(families: Sequence[FactorFamily], valid: np.ndarray,
+              config: PrunedConfig = PrunedConfig()) -> RelaxedResult:
+    """Pruned(t), Riedel & Smith §5.3: BP over the graph without the soft pairwise factors whose weight
+    has |theta| < t; ``eta`` (Prop. 2) over the dropped factors from the final beliefs."""
+    start = time.perf_counter()
+    active = {i: np.abs(families[i].theta) >= config.threshold for i in _candidates(families)}  # type: ignore
+    graph = _SubGraph(families, active, warm=False)
+    result = graph.solve(valid, config.bp)
+    return graph.finish(result, "pruned", 0, graph.left_out_eta(result.beliefs), start)
+
+
+InferenceConfig = BPConfig | RelaxedConfig | PrunedConfig
+
+
+def infer(families: Sequence[FactorFamily], valid: np.ndarray, config: InferenceConfig) -> BPResult:
+    """Full BP, relaxed BP or pruned BP on one sentence's factor graph, by the type of ``config``."""
+    if isinstance(config, RelaxedConfig):
+        return relaxed_bp(families, valid, config)
+    if isinstance(config, PrunedConfig):
+        return pruned_bp(families, valid, config)
+    return run_bp(families, valid, config)
