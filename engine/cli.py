@@ -25,7 +25,7 @@ log = logging.getLogger("engine")
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train a first-order model by conditional log-likelihood")
+    p = sub.add_parser("train", help="train a model (conditional log-likelihood, or approximation-aware --objective)")
     p.add_argument("--train", required=True, help="training treebank (CoNLL-U)")
     p.add_argument("--dev", help="development treebank for choosing the best epoch (CoNLL-U)")
     p.add_argument("--out", required=True, help="model directory to write")
@@ -52,6 +52,12 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                    help="what to train (the parser always): tokenizer, tagger (the parser and labeler then train "
                    "on jackknifed predicted tags), parser, labeler (log-linear; else count-based labels)")
     p.add_argument("--folds", type=int, default=5, help="jackknifing folds for predicted training tags")
+    p.add_argument("--objective", choices=["cll", "l2", "ar", "l2+ar"], default="cll",
+                   help="cll (exact, or surrogate under BP), or approximation-aware training through --bp-iterations "
+                   "BP iterations (--order 2) or exact marginals (--order 1): l2 = L2 distance of beliefs to the "
+                   "gold tree, ar = annealed risk, l2+ar = L2 then annealed risk (Gormley et al. 2015)")
+    p.add_argument("--anneal", default="1.0,0.1", metavar="T0,T1",
+                   help="annealed-risk temperature, linear from T0 to T1 over the AR steps")
 
 
 def _add_model_io(p: argparse.ArgumentParser) -> None:
@@ -130,6 +136,14 @@ def _load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
     return pipeline, lambda sentences: model.parse(sentences, config, args.batch_size)
 
 
+def _temperatures(text: str) -> tuple[float, float]:
+    try:
+        start, end = (float(t) for t in text.split(","))
+    except ValueError:
+        raise UsageError(f"--anneal must be two temperatures T0,T1 (e.g. 1.0,0.1), got {text!r}") from None
+    return start, end
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from engine.training.pipeline import TrainOptions, TrainOptionsError, train_model
 
@@ -139,7 +153,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             learning_rate=args.learning_rate, l2=args.l2, dim=args.dim, seed=args.seed, average=not args.no_average,
             max_sentences=args.max_sentences or None, factors=tuple(f for f in args.factors.split(",") if f),
             bp_iterations=args.bp_iterations, second_dim=args.second_dim, name=args.name,
-            components=tuple(c for c in args.components.split(",") if c), folds=args.folds)
+            components=tuple(c for c in args.components.split(",") if c), folds=args.folds,
+            objective=args.objective, anneal=_temperatures(args.anneal))
         summary = train_model(args.train, args.dev, args.out, options, pruner_path=args.pruner,
                               progress=not args.quiet)
     except TrainOptionsError as e:

@@ -244,3 +244,45 @@ def test_exact_training_learns_a_toy_grammar(objective: str) -> None:
                            heads=np.array([-1, 2, 3, 0]))
     _, mu = exact_marginals(arc_scores(result.weights, fx.extract([test])), TreeConstraint())
     assert (mu[0, test.heads[1:], np.arange(1, 4)] > 0.5).all()
+
+
+TOY = """# sent_id = 1
+1\tthe\tthe\tDET\tDT\t_\t2\tdet\t_\t_
+2\tdog\tdog\tNOUN\tNN\t_\t3\tnsubj\t_\t_
+3\tbarks\tbark\tVERB\tVBZ\t_\t0\troot\t_\t_
+4\t.\t.\tPUNCT\t.\t_\t3\tpunct\t_\t_
+
+# sent_id = 2
+1\tcats\tcat\tNOUN\tNNS\t_\t2\tnsubj\t_\t_
+2\tsleep\tsleep\tVERB\tVBP\t_\t0\troot\t_\t_
+
+"""
+
+
+def test_cli_trains_with_each_objective(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``train --objective`` for a first-order model (exact inference) and a second-order BP model."""
+    import json
+
+    from engine.cli import main
+
+    toy = tmp_path / "toy.conllu"
+    toy.write_text(TOY * 6, encoding="utf-8")
+    common = ["--train", str(toy), "--dev", str(toy), "--quiet", "--components", "parser", "--batch-size", "4"]
+    first = tmp_path / "o1"
+    assert main(["train", *common, "--out", str(first), "--epochs", "2", "--dim", "4096", "--objective", "l2"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["dev"]["uas"] > 50
+    manifest = json.loads((first / "manifest.json").read_text())
+    assert manifest["training"]["objective"] == "l2" and manifest["training"]["history"][0]["objective"] == "l2"
+    second = tmp_path / "o2"
+    assert main(["train", *common, "--out", str(second), "--order", "2", "--pruner", str(first), "--dim", "4096",
+                 "--second-dim", "2048", "--epochs", "2", "--bp-iterations", "2", "--objective", "l2+ar",
+                 "--anneal", "0.5,0.05"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    training = json.loads((second / "manifest.json").read_text())["training"]
+    assert [h["objective"] for h in training["history"]] == ["l2", "ar"]
+    assert training["inference_iterations"] == 2 and training["anneal"] == {"start": 0.5, "end": 0.05}
+    assert summary["order"] == 2 and summary["dev"]["uas"] > 50
+    assert main(["train", *common, "--out", str(tmp_path / "x"), "--anneal", "hot"]) == 2
+    assert "--anneal must be two temperatures" in capsys.readouterr().err
+    assert main(["train", *common, "--out", str(tmp_path / "x"), "--objective", "l2+ar", "--epochs", "1"]) == 2

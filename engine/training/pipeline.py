@@ -26,6 +26,7 @@ FACTOR_FAMILIES = ("grand", "sib", "childseq", "nocross")
 COMPONENTS = ("tokenizer", "tagger", "parser", "labeler")
 TREES = ("nonprojective", "projective")
 ROOTS = ("single", "multi")
+OBJECTIVES = ("cll", "l2", "ar", "l2+ar")  # engine.training.erma.OBJECTIVES
 
 ProgressCallback = Callable[[float, str], None]
 PathLike = str | os.PathLike[str]
@@ -56,6 +57,8 @@ class TrainOptions:
     name: str | None = None  # model name in the manifest (None: the output directory's name)
     components: tuple[str, ...] = COMPONENTS  # the parser always; tokenizer, tagger, labeler optional
     folds: int = 5  # jackknifing folds: the parser and labeler train on tags predicted by unseen-fold taggers
+    objective: str = "cll"  # cll, or approximation-aware l2, ar, l2+ar (engine.training.erma)
+    anneal: tuple[float, float] = (1.0, 0.1)  # annealed-risk temperature, start -> end
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "factors", tuple(self.factors))
@@ -82,6 +85,13 @@ class TrainOptions:
             raise TrainOptionsError(f"learning_rate must be > 0, got {self.learning_rate!r}")
         if not (np.isfinite(self.l2) and self.l2 >= 0):
             raise TrainOptionsError(f"l2 must be >= 0, got {self.l2!r}")
+        if self.objective not in OBJECTIVES:
+            raise TrainOptionsError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        object.__setattr__(self, "anneal", tuple(self.anneal))
+        if len(self.anneal) != 2 or not all(np.isfinite(t) and t > 0 for t in self.anneal):
+            raise TrainOptionsError(f"anneal must be two temperatures > 0 (start, end), got {self.anneal!r}")
+        if self.objective == "l2+ar" and self.epochs < 2:
+            raise TrainOptionsError("objective l2+ar needs at least 2 epochs (L2 first, then annealed risk)")
         if self.order == 2:
             unknown = sorted(set(self.factors) - set(FACTOR_FAMILIES))
             if unknown:
@@ -145,6 +155,15 @@ def attachment(gold: Sequence[Any], parsed: Sequence[Any]) -> dict[str, Any]:
 
     return attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
                              [p.head_probs for p in parsed])
+
+
+def erma_config(options: TrainOptions) -> Any:
+    """The approximation-aware trainer's settings from the training options."""
+    from engine.training.erma import ErmaConfig
+    from engine.training.objectives import AnnealSchedule
+
+    return ErmaConfig(options.objective, options.epochs, options.batch_size, options.effective_learning_rate,
+                      options.l2, options.seed, options.average, AnnealSchedule(*options.anneal))
 
 
 def train_model(
@@ -238,9 +257,15 @@ def train_model(
 
         stage = "training" if order == 1 else "training pruner"
         report(stage)
-        result = train_cll(extractor, constraint, train, config if order == 1 else
-                           TrainConfig(8, options.batch_size, 0.2, options.l2, options.seed),
-                           dev_uas_first if dev else None, progress, report.batches(stage))
+        if order == 1 and options.objective != "cll":  # loss-aware training with exact inference (§4)
+            from engine.training.erma import train_erma_exact
+
+            result = train_erma_exact(extractor, constraint, train, erma_config(options),
+                                      dev_uas_first if dev else None, progress, report.batches(stage))
+        else:
+            result = train_cll(extractor, constraint, train, config if order == 1 else
+                               TrainConfig(8, options.batch_size, 0.2, options.l2, options.seed),
+                               dev_uas_first if dev else None, progress, report.batches(stage))
         first.weights = result.weights
         if result.interrupted and order == 2:
             order = 1  # stopped while training the pruner: save what we have as a first-order model
@@ -250,7 +275,8 @@ def train_model(
         model = BPParser.from_first_order(first, {f: tuple(default_second_order([f])) for f in families},
                                           options.second_dim, prune=True)
         bp = BPConfig(max_iterations=options.bp_iterations, schedule="serial")
-        inference = BPConfig(max_iterations=5, schedule="serial")
+        # approximation-aware models are chosen (and scored) with the BP iterations they were trained for
+        inference = bp if options.objective != "cll" else BPConfig(max_iterations=5, schedule="serial")
 
         def dev_uas(weights: np.ndarray) -> float:
             saved, model.weights = model.weights, weights
@@ -260,11 +286,19 @@ def train_model(
                 model.weights = saved
 
         report("training")
-        result = train_surrogate(model, train, config, bp, dev_uas if dev else None, progress,
-                                 report.batches("training"))
-        training = {"objective": "surrogate-cll", "factors": families}
+        if options.objective == "cll":
+            result = train_surrogate(model, train, config, bp, dev_uas if dev else None, progress,
+                                     report.batches("training"))
+            training = {"objective": "surrogate-cll", "factors": families}
+        else:
+            from engine.training.erma import train_erma
+
+            result = train_erma(model, train, erma_config(options), bp, dev_uas if dev else None, progress,
+                                report.batches("training"))
+            training = {"objective": options.objective, "factors": families,
+                        "inference_iterations": options.bp_iterations}
     else:
-        training = {"objective": "cll"}
+        training = {"objective": options.objective}
     if "labeler" in options.components:
         from engine.decode.loglinear_labeler import LogLinearLabeler
 
@@ -274,8 +308,7 @@ def train_model(
     dev_scores = None
     if dev:
         report("evaluating")
-        dev_scores = attachment(dev, model.parse(dev) if order == 1 else
-                                model.parse(dev, BPConfig(max_iterations=5, schedule="serial")))
+        dev_scores = attachment(dev, model.parse(dev) if order == 1 else model.parse(dev, inference))
     extra = extra_manifest() if callable(extra_manifest) else extra_manifest
     if dev_scores is not None and dev_gold is not dev:
         pairs = [(g, p) for gs, ps in zip(dev_gold, dev, strict=True) for g, p in zip(gs.upos, ps.upos, strict=True)]
