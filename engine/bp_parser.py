@@ -10,6 +10,7 @@ the approximate decoders of Smith & Eisner Table 3).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,8 +25,9 @@ from engine.features.extract import FeatureExtractor, Tokens
 from engine.features.second_order import TripleTemplate
 from engine.graph.build import SentenceGraph, build_graph
 from engine.graph.family import all_arcs
-from engine.inference.bp import BPConfig, BPResult, run_bp
+from engine.inference.bp import BPConfig, BPResult
 from engine.inference.exact import TreeConstraint, exact_marginals
+from engine.inference.relaxed import InferenceConfig, RelaxedResult, infer
 from engine.model.store import ModelError, StoredModel, half_precision, load_model, read_manifest, save_model
 from engine.parser import FirstOrderParser, ParsedSentence, load_common, model_manifest
 from engine.scoring.potentials import arc_scores
@@ -97,20 +99,29 @@ class BPParser:
         m = np.arange(1, len(heads))
         labels, label_probs = label_arcs(self.labeler, tokens, heads)
         diag = {"method": "bp", "iterations": result.iterations, "converged": bool(result.converged),
-                "residual": float(result.residual), "arcs": int(graph.valid.sum())}
+                "residual": float(result.residual), "arcs": int(graph.valid.sum()), "eta": 0.0,
+                "factor_fraction": 1.0}
+        if isinstance(result, RelaxedResult):  # relaxed or pruned: rounds, factors used, eta (Riedel & Smith)
+            diag.update(result.diagnostics())
         dist = None
         if self.graph_constraint in ("tree", "ptree"):  # the tree factor's belief (Smith & Eisner §6)
             tree_scores = np.where(graph.valid, result.incoming[0][0], -np.inf)
             dist = TreeDistribution(tree_scores, decode_as, "bp-tree-factor")
         return ParsedSentence(heads, marg[heads[1:], m], marg, None, labels, label_probs, diag, dist)
 
-    def parse(self, sentences: Sequence[Tokens], config: BPConfig | None = None,
+    def parse(self, sentences: Sequence[Tokens], config: InferenceConfig | None = None,
               batch_size: int = 64) -> list[ParsedSentence]:
+        """BP (``BPConfig``), relaxed BP (``RelaxedConfig``) or pruned BP (``PrunedConfig``) per sentence;
+        the diagnostics' ``inference_seconds`` is the time of inference alone (no features, no decoding)."""
         config = config or BPConfig(max_iterations=5, schedule="serial")
         out: list[ParsedSentence | None] = [None] * len(sentences)
         for i, graph, _ in self.graphs(sentences, batch_size=batch_size):
-            result = run_bp(graph.families, graph.valid, config)
-            out[i] = self.decode(sentences[i], graph, result)
+            start = time.perf_counter()
+            result = infer(graph.families, graph.valid, config)
+            seconds = time.perf_counter() - start
+            out[i] = parsed = self.decode(sentences[i], graph, result)
+            assert parsed.diagnostics is not None
+            parsed.diagnostics["inference_seconds"] = seconds
         return out  # type: ignore[return-value]
 
     # -- persistence ---------------------------------------------------------------------------
