@@ -14,6 +14,7 @@ import numpy as np
 from engine.bp_parser import BPParser
 from engine.data.conllu_io import Sentence, format_sentence
 from engine.inference.bp import BPConfig
+from engine.inference.relaxed import RelaxedConfig, marginal_interval
 from engine.parser import ParsedSentence
 from service.problems import ProblemError
 from service.registry import ModelEntry
@@ -22,10 +23,6 @@ from service.schemas import InferenceOptions
 
 def resolve_method(entry: ModelEntry, options: InferenceOptions) -> str:
     method = options.method or entry.default_method
-    if method == "relaxed":
-        raise ProblemError(422, "Inference not available", "relaxed inference (Riedel & Smith 2010) is not "
-                           "available yet; use method exact (first-order models) or bp", kind="not-available",
-                           field="inference.method")
     if method == "exact" and entry.order != 1:
         raise ProblemError(422, "Inference not available", f"model {entry.name!r} has higher-order factors: exact "
                            "inference is only available for first-order models; use method bp",
@@ -41,6 +38,9 @@ def run_inference(entry: ModelEntry, sentences: list[Sentence], options: Inferen
         for p in parsed:
             p.diagnostics = {"method": "exact", "iterations": None, "converged": True, "residual": None}
         return parsed
+    if method == "relaxed":
+        relaxed = RelaxedConfig(epsilon=options.epsilon, rounds=options.rounds, bp_iterations=options.iterations)
+        return entry.bp_parser().parse(sentences, relaxed)
     config = BPConfig(max_iterations=options.iterations, schedule="serial")
     return entry.bp_parser().parse(sentences, config)
 
@@ -54,10 +54,12 @@ def _finite(values: np.ndarray, what: str) -> list[Any]:
 
 def inference_report(p: ParsedSentence) -> dict[str, Any]:
     d = p.diagnostics or {}
-    residual = d.get("residual")
-    return {"method": d.get("method", "exact"), "iterations": d.get("iterations"),
-            "converged": bool(d.get("converged", True)),
-            "residual": residual if residual is None or math.isfinite(residual) else None}
+    report = {"method": d.get("method", "exact"), "iterations": d.get("iterations"),
+              "converged": bool(d.get("converged", True))}
+    for key in ("residual", "rounds", "factor_fraction", "eta"):
+        value = d.get(key)
+        report[key] = value if value is None or math.isfinite(value) else None
+    return report
 
 
 def parse_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> list[dict[str, Any]]:
@@ -94,27 +96,38 @@ def marginals_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> l
     return out
 
 
-def confidence_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> list[dict[str, Any]]:
-    """Riedel & Smith (2010) Proposition 2: with eta the bound from the factors left out of the graph, the
-    full model's marginal mu lies in [mu' - (e^eta - 1) mu', mu' + (e^eta - 1) mu'] (clipped to [0, 1]).
+_COVERS = {
+    "exact": "exact marginals of the model",
+    "bp": "factors left out of the graph (none); not BP's own approximation error",
+    "relaxed": "the higher-order factors relaxed inference left out of the graph (Prop. 2 with BP's beliefs in "
+               "place of the sub-graph's exact marginals, and p(both links) taken as the product of their beliefs); "
+               "not BP's own approximation error",
+}
 
-    Exact inference and full BP leave no factor out, so eta = 0 and the interval is the point mu'. For BP
-    the interval does not cover BP's own approximation error, which ``covers`` states.
+
+def confidence_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> list[dict[str, Any]]:
+    """Riedel & Smith (2010) Proposition 2: with eta the bound from the factors left out of the graph
+    (``engine.inference.relaxed``), the full model's marginal mu lies in [mu' - (e^eta - 1)(1 - mu'),
+    mu' + (e^eta - 1) mu'] clipped to [0, 1] (the paper prints the lower end as mu' - (e^eta - 1) mu', which
+    its proof does not support; see ``marginal_interval``).
+
+    Exact inference and full BP leave no factor out, so eta = 0 and the interval is the point mu'. Relaxed
+    inference reports its eta. For BP the interval does not cover BP's own approximation error, which
+    ``covers`` states.
     """
     out = []
     for s, p in zip(sentences, parsed, strict=True):
-        method = (p.diagnostics or {}).get("method", "exact")
-        eta = 0.0
-        width = math.expm1(eta)
+        diag = p.diagnostics or {}
+        method = diag.get("method", "exact")
+        eta = float(diag.get("eta", 0.0))
         probs = np.asarray(p.head_probs, dtype=float)
-        lower = np.clip(probs - width * probs, 0.0, 1.0)
-        upper = np.clip(probs + width * probs, 0.0, 1.0)
+        lower, upper = marginal_interval(probs, eta)
         pr, lo, up = (_finite(a, "confidence intervals") for a in (probs, lower, upper))
+        (eta_out,) = _finite(np.array([eta]), "the bound eta")
         tokens = [{"id": j + 1, "form": s.forms[j], "head": int(p.heads[j + 1]), "prob": pr[j], "lower": lo[j],
                    "upper": up[j]} for j in range(s.n)]
-        covers = ("exact marginals of the model" if method == "exact" else
-                  "factors left out of the graph (none); not BP's own approximation error")
-        out.append({"eta": eta, "kl_bound": eta, "method": method, "covers": covers, "tokens": tokens})
+        out.append({"eta": eta_out, "kl_bound": eta_out, "method": method, "covers": _COVERS.get(method, _COVERS["bp"]),
+                    "tokens": tokens})
     return out
 
 

@@ -19,10 +19,13 @@ class InferenceOptions(BaseModel):
 
     method: Literal["exact", "bp", "relaxed"] | None = Field(
         None, description="exact: Matrix-Tree / inside-outside (first-order models only); bp: loopy belief "
-        "propagation (Smith & Eisner 2008); relaxed: Riedel & Smith 2010 (not available yet: 422). "
+        "propagation (Smith & Eisner 2008) over every factor; relaxed: Riedel & Smith 2010 Algorithm 1, BP over "
+        "the higher-order factors whose gain exceeds epsilon, with the bound eta of what was left out. "
         "Default: exact for first-order models, bp for higher-order ones.")
-    iterations: int = Field(5, ge=1, le=50, description="BP iterations (bp, relaxed)")
+    iterations: int = Field(5, ge=1, le=50, description="BP iterations (bp; relaxed: at most this many per round)")
     epsilon: float = Field(1e-4, ge=0.0, le=1.0, description="gain threshold of relaxed inference")
+    rounds: int | None = Field(None, ge=1, le=100, description="relaxed: at most this many rounds of adding "
+                               "factors (default: until no factor's gain exceeds epsilon)")
 
 
 class ParseRequest(BaseModel):
@@ -84,6 +87,11 @@ class InferenceReport(BaseModel):
     iterations: int | None = None
     converged: bool
     residual: float | None = None
+    rounds: int | None = Field(None, description="relaxed: rounds of adding factors")
+    factor_fraction: float | None = Field(None, description="bp, relaxed: fraction of the higher-order factors "
+                                          "in the graph BP ran on")
+    eta: float | None = Field(None, description="bp, relaxed: Riedel & Smith Prop. 2 bound from the factors left "
+                              "out (0: none)")
 
 
 class ParsedSentenceOut(BaseModel):

@@ -102,6 +102,43 @@ def test_service_confidence_is_a_point_for_full_inference(client: TestClient) ->
             assert all(t["lower"] == t["prob"] == t["upper"] for t in s["tokens"])
 
 
+def test_service_relaxed_inference_reports_eta_and_intervals(client: TestClient) -> None:
+    """Relaxed inference (Riedel & Smith 2010) on the second-order model: /parse, /marginals and /confidence
+    accept it; /confidence reports the eta of the factors left out and intervals around each probability."""
+    relaxed = {"method": "relaxed", "iterations": 20, "epsilon": 1e-4}
+    parsed = client.post("/parse", json=body(inference=relaxed))
+    full = client.post("/parse", json=body(inference={"method": "bp", "iterations": 20}))
+    assert parsed.status_code == 200 and full.status_code == 200, parsed.text
+    for s, f in zip(parsed.json()["sentences"], full.json()["sentences"], strict=True):
+        report = s["inference"]
+        assert report["method"] == "relaxed" and report["rounds"] >= 1
+        assert 0.0 <= report["factor_fraction"] <= 1.0 and report["eta"] >= 0.0
+        assert (report["factor_fraction"] < 1.0) == (report["eta"] > 0.0)  # eta > 0 iff something is left out
+        assert f["inference"]["factor_fraction"] == 1.0 and f["inference"]["eta"] == 0.0
+        assert all(abs(a["prob"] - b["prob"]) < 0.02 for a, b in zip(s["tokens"], f["tokens"], strict=True))
+    assert parsed.json()["sentences"][0]["inference"]["factor_fraction"] < 1.0  # 9 words: some factors left out
+    marg = client.get("/marginals", params={"tokens": WORDS2, "tags": TAGS2, "method": "relaxed"})
+    assert marg.status_code == 200 and np.allclose(np.array(marg.json()["sentences"][0]["marginals"]).sum(axis=1), 1)
+    conf = client.post("/confidence", json=body(inference=relaxed))
+    assert conf.status_code == 200, conf.text
+    for s, p in zip(conf.json()["sentences"], parsed.json()["sentences"], strict=True):
+        assert s["method"] == "relaxed" and s["eta"] == p["inference"]["eta"] == s["kl_bound"]
+        assert "left out" in s["covers"]
+        width = math.expm1(min(s["eta"], 700.0))
+        for t in s["tokens"]:
+            assert 0.0 <= t["lower"] <= t["prob"] <= t["upper"] <= 1.0
+            assert math.isclose(t["upper"], min(1.0, t["prob"] * (1 + width)), rel_tol=1e-9)
+            assert math.isclose(t["lower"], max(0.0, t["prob"] - width * (1 - t["prob"])), rel_tol=1e-9,
+                                abs_tol=1e-12)
+    # a first-order model has nothing to relax: eta = 0, and the marginals are the exact ones
+    o1 = client.post("/confidence", json=body(model="en_ewt-o1", inference={"method": "relaxed"})).json()
+    exact = client.post("/confidence", json=body(model="en_ewt-o1")).json()
+    for s, e in zip(o1["sentences"], exact["sentences"], strict=True):
+        assert s["eta"] == 0.0 and all(t["lower"] == t["upper"] == t["prob"] for t in s["tokens"])
+        assert all(math.isclose(a["prob"], b["prob"], rel_tol=1e-9) for a, b in zip(s["tokens"], e["tokens"],
+                                                                                 strict=True))
+
+
 @pytest.mark.parametrize("model, source", [("en_ewt-o1", "exact"), ("en_ewt", "bp-tree-factor")])
 def test_service_kbest_sorted_and_distinct(client: TestClient, model: str, source: str) -> None:
     r = client.post("/kbest", json=body(model=model, k=5))
@@ -195,8 +232,8 @@ def test_service_errors_are_problems(client: TestClient) -> None:
                    field="tags", sentence=1)
     assert_problem(client.post("/parse", json={"tokens": [["a\tb"]], "tags": [["X"]]}), 422, word=0)
     assert_problem(client.post("/parse", json=body(inference={"method": "exact"})), 422, field="inference.method")
-    assert_problem(client.post("/parse", json=body(inference={"method": "relaxed"})), 422,
-                   field="inference.method")
+    assert_problem(client.post("/parse", json=body(inference={"method": "relaxed", "rounds": 0})), 422,
+                   field="inference.rounds")
     assert_problem(client.post("/parse", json=body(inference={"iterations": 0})), 422, field="inference.iterations")
     assert_problem(client.post("/parse", json=body(unknown=1)), 422, field="unknown")
     bad = CONLLU.replace("2\tbark", "7\tbark")
