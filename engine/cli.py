@@ -63,14 +63,30 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 def _add_model_io(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model directory")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--inference", choices=["exact", "bp"], help="default: exact for first-order models, "
-                   "bp for higher-order ones (exact is only valid for first-order models)")
-    p.add_argument("--bp-iterations", type=int, default=5)
+    p.add_argument("--inference", choices=["exact", "bp", "relaxed", "pruned"], help="default: exact for "
+                   "first-order models, bp for higher-order ones (exact is only valid for first-order models); "
+                   "relaxed: Riedel & Smith (2010) Algorithm 1, BP over the higher-order factors whose gain exceeds "
+                   "--epsilon; pruned: BP without the higher-order factors with |weight| < --prune-threshold")
+    p.add_argument("--bp-iterations", type=int, help="at most this many BP iterations (per round for relaxed; "
+                   "default 5, relaxed 50)")
+    p.add_argument("--epsilon", type=float, default=1e-4, help="relaxed: gain threshold for adding a factor")
+    p.add_argument("--rounds", type=_rounds, default=None, metavar="R|inf",
+                   help="relaxed: at most R rounds of adding factors (default inf: until none is added)")
+    p.add_argument("--prune-threshold", type=float, default=0.1, help="pruned: drop factors with |weight| below this")
     p.add_argument("--schedule", choices=["serial", "flooding"], default="serial")
     p.add_argument("--no-prune", action="store_true", help="with --inference bp: build the factor graph over all "
                    "arcs instead of those the model's first-order pruner keeps")
     p.add_argument("--constraint", choices=["tree", "ptree", "exactly1", "atmost1", "not2", "exactly1+no2cycle"],
                    help="with --inference bp: the hard factor to decode under (default: the model's tree)")
+
+
+def _rounds(text: str) -> int | None:
+    if text.lower() in ("inf", "none"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or inf, got {text!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,6 +130,7 @@ def _load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
     """The pipeline and a function ``parse(sentences)`` running the requested inference with its parser."""
     from engine.bp_parser import BPParser
     from engine.inference.bp import BPConfig
+    from engine.inference.relaxed import InferenceConfig, PrunedConfig, RelaxedConfig
     from engine.pipeline import Pipeline
 
     pipeline = Pipeline.load(args.model)
@@ -132,7 +149,18 @@ def _load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
     model.decode_constraint = args.constraint
     if args.no_prune:
         model.pruner = None
-    config = BPConfig(max_iterations=args.bp_iterations, schedule=args.schedule)
+    config: InferenceConfig
+    try:
+        if inference == "relaxed":
+            config = RelaxedConfig(epsilon=args.epsilon, rounds=args.rounds, bp_iterations=args.bp_iterations or 50,
+                                   schedule=args.schedule)
+        elif inference == "pruned":
+            config = PrunedConfig(threshold=args.prune_threshold, bp_iterations=args.bp_iterations or 5,
+                                  schedule=args.schedule)
+        else:
+            config = BPConfig(max_iterations=args.bp_iterations or 5, schedule=args.schedule)
+    except ValueError as e:
+        raise UsageError(f"--inference {inference}: {e}") from e
     return pipeline, lambda sentences: model.parse(sentences, config, args.batch_size)
 
 
@@ -216,6 +244,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             pairs = [(g, s) for gs, ss in zip(gold, inputs, strict=True) for g, s in zip(gs.upos, ss.upos, strict=True)]
             scores["upos"] = 100.0 * sum(g == s for g, s in pairs) / max(len(pairs), 1)
         scores["tags"] = args.tags
+        scores.update(_inference_summary(parsed))
         scores["seconds"] = round(seconds, 3)
         scores["tokens_per_second"] = round(scores["tokens"] / seconds, 1) if seconds > 0 else None
     if args.json:
@@ -229,6 +258,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                   f"conf={row['confidence'] if row['confidence'] is None else round(row['confidence'], 3)}  "
                   f"acc={row['accuracy'] if row['accuracy'] is None else round(row['accuracy'], 3)}")
     return 0
+
+
+def _inference_summary(parsed: list[Any]) -> dict[str, Any]:
+    """BP-based inference: total ``inference_seconds`` (inference alone, no features or decoding), mean
+    ``factor_fraction`` of the higher-order factors used and mean ``eta`` (Riedel & Smith Prop. 2)."""
+    diags = [p.diagnostics or {} for p in parsed]
+    if not diags or any("inference_seconds" not in d for d in diags):
+        return {}
+    return {"inference_seconds": round(sum(d["inference_seconds"] for d in diags), 4),
+            "factor_fraction": float(np.mean([d["factor_fraction"] for d in diags])),
+            "eta_mean": float(np.mean([d["eta"] for d in diags]))}
 
 
 def _read_input(args: argparse.Namespace) -> tuple[list[Any], str]:

@@ -4,12 +4,16 @@ shipped model with ``--inference relaxed|pruned``."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy.special import logsumexp
 
+from engine.bp_parser import BPParser
+from engine.cli import main
+from engine.data.conllu_io import read_conllu
 from engine.graph.family import all_arcs
 from engine.graph.hard import Link
 from engine.graph.oracle import tree_log_weights
@@ -248,3 +252,81 @@ def test_relaxed_pruned_baseline_drops_small_weights() -> None:
         RelaxedConfig(epsilon=float("nan"))
     with pytest.raises(ValueError, match="rounds"):
         RelaxedConfig(rounds=0)
+
+
+# -- the parser, the CLI and the shipped model ----------------------------------------------------------
+TOY = """# sent_id = 1
+1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_
+2\tparser\tparser\tNOUN\tNN\t_\t3\tnsubj\t_\t_
+3\ttells\ttell\tVERB\tVBZ\t_\t0\troot\t_\t_
+4\tyou\tyou\tPRON\tPRP\t_\t3\tiobj\t_\t_
+5\thow\thow\tADV\tWRB\t_\t6\tadvmod\t_\t_
+6\tsure\tsure\tADJ\tJJ\t_\t3\tccomp\t_\t_
+7\tit\tit\tPRON\tPRP\t_\t6\tnsubj\t_\t_
+8\tis\tbe\tAUX\tVBZ\t_\t6\tcop\t_\t_
+9\t.\t.\tPUNCT\t.\t_\t3\tpunct\t_\t_
+
+# sent_id = 2
+1\tDogs\tdog\tNOUN\tNNS\t_\t2\tnsubj\t_\t_
+2\tbark\tbark\tVERB\tVBP\t_\t0\troot\t_\t_
+3\tat\tat\tADP\tIN\t_\t5\tcase\t_\t_
+4\tthe\tthe\tDET\tDT\t_\t5\tdet\t_\t_
+5\tmoon\tmoon\tNOUN\tNN\t_\t2\tobl\t_\t_
+6\t.\t.\tPUNCT\t.\t_\t2\tpunct\t_\t_
+
+"""
+
+
+def _evaluate(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict:
+    data = tmp_path / "toy.conllu"
+    data.write_text(TOY, encoding="utf-8")
+    assert main(["evaluate", "--model", str(O2), "--data", str(data), "--json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_relaxed_cli_evaluate_reports_time_fraction_and_eta(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    full = _evaluate(tmp_path, capsys, "--inference", "bp", "--bp-iterations", "10")
+    assert full["factor_fraction"] == 1.0 and full["eta_mean"] == 0.0 and full["inference_seconds"] > 0
+    rel = _evaluate(tmp_path, capsys, "--inference", "relaxed", "--epsilon", "1e-4", "--rounds", "1",
+                    "--bp-iterations", "50")
+    assert 0.0 < rel["factor_fraction"] < 1.0 and rel["eta_mean"] > 0.0 and rel["inference_seconds"] > 0
+    assert rel["sentences"] == full["sentences"] == 2
+    none = _evaluate(tmp_path, capsys, "--inference", "pruned", "--prune-threshold", "1e9")
+    first_order = _evaluate(tmp_path, capsys, "--inference", "relaxed", "--epsilon", "1e9")
+    assert none["factor_fraction"] == first_order["factor_fraction"] == 0.0
+    assert none["uas"] == first_order["uas"] and none["eta_mean"] > 0.0
+    infinite = _evaluate(tmp_path, capsys, "--inference", "relaxed", "--rounds", "inf")
+    assert infinite["factor_fraction"] >= rel["factor_fraction"]
+
+
+def test_relaxed_cli_parse_and_bad_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data, out = tmp_path / "toy.conllu", tmp_path / "out.conllu"
+    data.write_text(TOY, encoding="utf-8")
+    assert main(["parse", "--model", str(O2), "--input", str(data), "--output", str(out), "--inference",
+                 "relaxed", "--rounds", "2", "--bp-iterations", "5"]) == 0
+    parsed = read_conllu(out)
+    assert [s.n for s in parsed] == [9, 6] and all("HeadProb=" in m for s in parsed for m in s.misc)
+    capsys.readouterr()
+    for bad in (["--rounds", "0"], ["--epsilon", "-1"], ["--prune-threshold", "nan", "--inference", "pruned"]):
+        args = ["parse", "--model", str(O2), "--input", str(data), "--inference", "relaxed", *bad]
+        assert main(args) == 2
+        assert "error:" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def ewt_dev(ewt_dir: Path) -> list:
+    return read_conllu(ewt_dir / "en_ewt-ud-dev.conllu")[:80]
+
+
+def test_relaxed_on_ewt_dev_is_close_to_full_bp(ewt_dev: list) -> None:
+    """Rel(1, 1e-4, 50) against full BP (10 iterations) with the shipped model on 80 EWT dev sentences:
+    a fraction of the factors, beliefs within 0.01 on average, nearly the same heads."""
+    parser = BPParser.load(O2)
+    full = parser.parse(ewt_dev, BPConfig(max_iterations=10, schedule="serial"))
+    rel = parser.parse(ewt_dev, RelaxedConfig(rounds=1, epsilon=1e-4, bp_iterations=50))
+    err = [np.abs(f.marginals - r.marginals).mean() for f, r in zip(full, rel, strict=True)]
+    same = np.mean([(f.heads == r.heads).mean() for f, r in zip(full, rel, strict=True)])
+    fractions = [r.diagnostics["factor_fraction"] for r in rel]
+    assert 0.0 < np.mean(fractions) < 1.0 and all(r.diagnostics["rounds"] == 1 for r in rel)
+    assert np.mean(err) < 0.01 and same > 0.98
+    assert all(np.isfinite(r.diagnostics["eta"]) and np.isfinite(r.marginals).all() for r in rel)
