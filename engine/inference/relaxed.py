@@ -313,19 +313,18 @@ def relaxed_bp(families: Sequence[FactorFamily], valid: np.ndarray,
     rounds, eta = 0, None
     while config.rounds is None or rounds < config.rounds:
         rounds += 1
-        added, eta = 0, 0.0
+        added, scored = 0, []
         for i in cand:
             fam: PairFamily = families[i]  # type: ignore[assignment]
             out = np.flatnonzero(~graph.active[i])
             mu, theta = pair_feature_expectations(fam, result.beliefs, out), fam.theta[out]
-            gain = factor_gain(mu, theta)
-            new = gain > config.epsilon
+            new = factor_gain(mu, theta) > config.epsilon
             graph.active[i][out[new]] = True
             added += int(new.sum())
-            eta += eta_bound(mu[~new], theta[~new])
-        if not added:
-            break  # eta above is over exactly the factors left out, from the final beliefs
-        eta = None
+            scored.append((mu, theta))
+        if not added:  # the left-out factors are exactly those just scored, under the final beliefs
+            eta = sum((eta_bound(mu, theta) for mu, theta in scored), 0.0)
+            break
         result = graph.solve(valid, config.bp)
     if eta is None:
         eta = graph.left_out_eta(result.beliefs)
