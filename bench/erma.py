@@ -123,7 +123,10 @@ def main() -> None:
     ap.add_argument("--iterations", default="1,2,4,8")
     ap.add_argument("--objectives", default="cll,l2,l2+ar")
     ap.add_argument("--epochs", type=int, default=5)
-    ap.add_argument("--pruner-epochs", type=int, default=5)
+    ap.add_argument("--pruner-epochs", type=int, default=5, help="epochs of the first-order CLL pruner")
+    ap.add_argument("--first-order-epochs", type=int, default=8, help="epochs of the first-order L2 model")
+    ap.add_argument("--pruner", help="a trained first-order model to prune with and warm-start from (e.g. "
+                    "models/en_ewt-o1, trained on all of EWT train) instead of training one")
     ap.add_argument("--first-order", action="store_true", help="also first-order exact CLL vs L2 (trained from zero)")
     ap.add_argument("--test", action="store_true", help="score every kept model once on the test split")
     ap.add_argument("--dim", type=int, default=1 << 22)
@@ -143,26 +146,32 @@ def main() -> None:
     note(f"{args.treebank}: {len(train)} train, {len(dev)} dev, {len(test)} test sentences")
     out: dict[str, Any] = {"treebank": args.treebank, "train_sentences": len(train), "dev_sentences": len(dev),
                            "uas": {}, "runs": {}}
-    pruner, info = first_order(train, dev, "cll", args, args.pruner_epochs, args.lr_first_order)
+    if args.pruner:
+        pruner = FirstOrderParser.load(args.pruner)
+        args.dim = pruner.extractor.dim
+        info = {"model": args.pruner, "dev_uas": uas(pruner, dev)}
+    else:
+        pruner, info = first_order(train, dev, "cll", args, args.pruner_epochs, args.lr_first_order)
     out["runs"]["pruner"] = info
-    note(f"pruner (first-order CLL): {info}")
+    note(json.dumps({"pruner": info}))
     if args.first_order:
         out["first_order"] = {}
         for objective in ("cll", "l2"):
             model, info = (pruner, out["runs"]["pruner"]) if objective == "cll" else first_order(
-                train, dev, objective, args, args.pruner_epochs, args.lr_first_order)
+                train, dev, objective, args, args.first_order_epochs, args.lr_first_order)
             if args.test:
                 info = {**info, "test_uas": uas(model, test)}
             out["first_order"][objective] = info
-            note(f"first-order {objective}: {info}")
-    for objective in args.objectives.split(","):
-        for t in (int(x) for x in args.iterations.split(",")):
+            note(json.dumps({"first_order": objective, **info}))
+    for t in (int(x) for x in args.iterations.split(",")):
+        for objective in args.objectives.split(","):
             model, info = second_order(pruner, train, dev, objective, t, args)
             if args.test:
                 info = {**info, "test_uas": uas(model, test, BPConfig(max_iterations=t, schedule="serial"))}
             out["uas"].setdefault(objective, {})[str(t)] = info["dev_uas"]
             out["runs"][f"{objective}@{t}"] = info
-            note(f"{objective}, {t} BP iterations: {info}  ({time.perf_counter() - start:.0f} s so far)")
+            note(json.dumps({"objective": objective, "iterations": t, **info,
+                             "elapsed": round(time.perf_counter() - start)}))
     out["seconds"] = round(time.perf_counter() - start, 1)
     out["settings"] = {k: v for k, v in vars(args).items() if k != "quick"} | {"quick": args.quick}
     if args.quick:  # the shape first: uas, train_sentences, seconds
