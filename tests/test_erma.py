@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from test_training_pipeline import TOY
 
 from engine.features.extract import FeatureExtractor
 from engine.features.second_order import default_second_order
@@ -244,19 +245,6 @@ def test_exact_training_learns_a_toy_grammar(objective: str) -> None:
                            heads=np.array([-1, 2, 3, 0]))
     _, mu = exact_marginals(arc_scores(result.weights, fx.extract([test])), TreeConstraint())
     assert (mu[0, test.heads[1:], np.arange(1, 4)] > 0.5).all()
-
-
-TOY = """# sent_id = 1
-1\tthe\tthe\tDET\tDT\t_\t2\tdet\t_\t_
-2\tdog\tdog\tNOUN\tNN\t_\t3\tnsubj\t_\t_
-3\tbarks\tbark\tVERB\tVBZ\t_\t0\troot\t_\t_
-4\t.\t.\tPUNCT\t.\t_\t3\tpunct\t_\t_
-
-# sent_id = 2
-1\tcats\tcat\tNOUN\tNNS\t_\t2\tnsubj\t_\t_
-2\tsleep\tsleep\tVERB\tVBP\t_\t0\troot\t_\t_
-
-"""
 
 
 def test_cli_trains_with_each_objective(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
