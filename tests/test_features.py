@@ -69,3 +69,20 @@ def test_extract_requires_equal_lengths() -> None:
     fx = FeatureExtractor(tuple(default_first_order()), 1 << 10)
     with pytest.raises(ValueError, match="one length"):
         fx.extract([CAT, _sent("a", "X")])
+
+
+def test_shifted_word_attributes_and_shapes() -> None:
+    from engine.features.extract import _token_attribute
+
+    s = _sent("McDonald's sold 1,234 burgers", "PROPN VERB NUM NOUN")
+    assert _token_attribute(s, "shape") == ["<ROOT>", "XxXx'x", "x", "d,d", "x"]
+    assert _token_attribute(s, "lower_prev") == ["<BOS>", "<ROOT>", "mcdonald's", "sold", "1,234"]
+    assert _token_attribute(s, "suf3_next") == ["d's", "old", "234", "ers", "<EOS>"]
+    assert _token_attribute(s, "upos_prev") == ["<BOS>", "<ROOT>", "PROPN", "VERB", "NUM"]  # as before
+    # a context-word template tells apart arcs whose head and dependent are the same words
+    tmpl = ArcTemplate(("lower",), ("lower_prev",), "none")
+    fx = FeatureExtractor((tmpl,), 1 << 20)
+    a = fx.extract([_sent("a b c d", "X X X X")])[0]
+    b = fx.extract([_sent("a z c d", "X X X X")])[0]
+    assert a[1, 3, 0] != b[1, 3, 0]  # the word before "c" changed
+    assert a[3, 1, 0] == b[3, 1, 0]  # the word before "a" did not

