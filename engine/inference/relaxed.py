@@ -65,29 +65,39 @@ __all__ = ["PrunedConfig", "RelaxedConfig", "RelaxedResult", "eta_bound", "facto
 
 
 @dataclass(frozen=True)
-class RelaxedConfig:
+class _Settings:
+    """The BP settings of each solve (``bp_iterations``, ``schedule``, ``tolerance`` as in ``BPConfig``)."""
+
+    bp_iterations: int = 10
+    schedule: str = "serial"
+    tolerance: float = 1e-6
+
+    @property
+    def bp(self) -> BPConfig:
+        return BPConfig(max_iterations=self.bp_iterations, schedule=self.schedule, tolerance=self.tolerance)
+
+    def _validate(self, name: str, value: float) -> None:
+        if not (math.isfinite(value) and value >= 0.0):
+            raise ValueError(f"{name} must be finite and >= 0, got {value}")
+        self.bp  # noqa: B018  (validates the BP settings once)
+
+
+@dataclass(frozen=True)
+class RelaxedConfig(_Settings):
     """Rel(R, epsilon, B) of Riedel & Smith §5.2: at most ``rounds`` separation rounds (None: until no
     factor is added, R = inf), gain threshold ``epsilon``, at most ``bp_iterations`` BP iterations per
     solve (stopping earlier when messages change by less than ``tolerance``). ``warm_start`` starts each
     solve from the previous solve's messages (new factors from uninformative ones)."""
 
+    bp_iterations: int = 50
     epsilon: float = 1e-4
     rounds: int | None = None
-    bp_iterations: int = 50
-    schedule: str = "serial"
-    tolerance: float = 1e-6
     warm_start: bool = True
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.epsilon) and self.epsilon >= 0.0):
-            raise ValueError(f"epsilon must be finite and >= 0, got {self.epsilon}")
+        self._validate("epsilon", self.epsilon)
         if self.rounds is not None and self.rounds < 1:
             raise ValueError(f"rounds must be at least 1 (or None for no limit), got {self.rounds}")
-        self.bp  # noqa: B018  (validates the BP settings once)
-
-    @property
-    def bp(self) -> BPConfig:
-        return BPConfig(max_iterations=self.bp_iterations, schedule=self.schedule, tolerance=self.tolerance)
 
     @property
     def label(self) -> str:
@@ -95,23 +105,14 @@ class RelaxedConfig:
 
 
 @dataclass(frozen=True)
-class PrunedConfig:
+class PrunedConfig(_Settings):
     """Pruned(t) of Riedel & Smith §5.3: higher-order factors with |theta| < ``threshold`` are dropped
-    before BP (``bp_iterations``, ``schedule``, ``tolerance`` as in ``BPConfig``)."""
+    before BP."""
 
     threshold: float = 0.1
-    bp_iterations: int = 10
-    schedule: str = "serial"
-    tolerance: float = 1e-6
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.threshold) and self.threshold >= 0.0):
-            raise ValueError(f"threshold must be finite and >= 0, got {self.threshold}")
-        self.bp  # noqa: B018
-
-    @property
-    def bp(self) -> BPConfig:
-        return BPConfig(max_iterations=self.bp_iterations, schedule=self.schedule, tolerance=self.tolerance)
+        self._validate("threshold", self.threshold)
 
     @property
     def label(self) -> str:
