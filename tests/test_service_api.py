@@ -106,8 +106,8 @@ def test_service_relaxed_inference_reports_eta_and_intervals(client: TestClient)
     """Relaxed inference (Riedel & Smith 2010) on the second-order model: /parse, /marginals and /confidence
     accept it; /confidence reports the eta of the factors left out and intervals around each probability."""
     relaxed = {"method": "relaxed", "iterations": 20, "epsilon": 1e-4}
-    parsed = client.post("/parse", json=body(inference=relaxed))
-    full = client.post("/parse", json=body(inference={"method": "bp", "iterations": 20}))
+    parsed = client.post("/parse", json=body(model="en_ewt-o2", inference=relaxed))
+    full = client.post("/parse", json=body(model="en_ewt-o2", inference={"method": "bp", "iterations": 20}))
     assert parsed.status_code == 200 and full.status_code == 200, parsed.text
     for s, f in zip(parsed.json()["sentences"], full.json()["sentences"], strict=True):
         report = s["inference"]
@@ -117,9 +117,10 @@ def test_service_relaxed_inference_reports_eta_and_intervals(client: TestClient)
         assert f["inference"]["factor_fraction"] == 1.0 and f["inference"]["eta"] == 0.0
         assert all(abs(a["prob"] - b["prob"]) < 0.02 for a, b in zip(s["tokens"], f["tokens"], strict=True))
     assert parsed.json()["sentences"][0]["inference"]["factor_fraction"] < 1.0  # 9 words: some factors left out
-    marg = client.get("/marginals", params={"tokens": WORDS2, "tags": TAGS2, "method": "relaxed"})
+    marg = client.get("/marginals", params={"tokens": WORDS2, "tags": TAGS2, "method": "relaxed",
+                                            "model": "en_ewt-o2"})
     assert marg.status_code == 200 and np.allclose(np.array(marg.json()["sentences"][0]["marginals"]).sum(axis=1), 1)
-    conf = client.post("/confidence", json=body(inference=relaxed))
+    conf = client.post("/confidence", json=body(model="en_ewt-o2", inference=relaxed))
     assert conf.status_code == 200, conf.text
     for s, p in zip(conf.json()["sentences"], parsed.json()["sentences"], strict=True):
         assert s["method"] == "relaxed" and s["eta"] == p["inference"]["eta"] == s["kl_bound"]
