@@ -10,8 +10,8 @@ potential. For a first-order model the same objectives are trained on *exact* ma
 
 Objectives (``engine.training.objectives``): ``l2`` (eq. 12), ``ar`` (annealed risk, eq. 10-11, the
 temperature annealed linearly over the steps), ``l2+ar`` (layer-wise: L2 first, then annealed risk
-from the best L2 model, §3.2), and ``cll`` (the baseline, §4: exact CLL for first-order models,
-surrogate CLL from BP beliefs, Smith & Eisner 2008 §7, under BP).
+from the best L2 model, §3.2, keeping the optimiser's state), and ``cll`` (the baseline, §4: exact CLL
+for first-order models, surrogate CLL from BP beliefs, Smith & Eisner 2008 §7, under BP).
 
 Optimiser (§3, eq. 8): AdaGrad with composite mirror descent and the squared L2 regulariser (Duchi,
 Hazan & Singer 2011, the composite mirror descent update with ``H_t = delta I + diag(G_t)^(1/2)``),
@@ -207,11 +207,14 @@ def _optimise(w: np.ndarray, batch_gradient: BatchGradient, sizes: Sequence[int]
     best_w, best_score, best_epoch = w.copy(), -np.inf, 0
     history: list[dict[str, Any]] = []
     w_sum = np.zeros_like(w)
+    # One optimiser state for all stages: restarting AdaGrad's accumulators for the annealed risk made its
+    # first steps as large as a cold start's (about eta per touched weight) and, on EWT dev, took the L2
+    # model from 88.02 to 84.28 UAS in one epoch (1 BP iteration, full train set).
+    opt = AdaGradCMD(len(w), config.learning_rate, config.delta)
     try:
         for stage, (objective, epochs) in enumerate(stages):
             if stage > 0 and best_epoch > 0:
                 w[:] = best_w  # layer-wise: start the next objective from the best model so far
-            opt = AdaGradCMD(len(w), config.learning_rate, config.delta)
             steps = epochs * len(sizes)
             for stage_epoch in range(epochs):
                 epoch += 1
