@@ -174,11 +174,12 @@ def test_service_models_lists_default_and_alias(client: TestClient) -> None:
     doc = client.get("/models").json()
     assert doc["default"] == "en_ewt"
     by_name = {m["name"]: m for m in doc["models"]}
-    assert {"en_ewt", "en_ewt-o1", "en_ewt-o2"} <= set(by_name)
-    assert by_name["en_ewt"]["alias_of"] == "en_ewt-o2" and by_name["en_ewt-o2"]["alias_of"] is None
+    assert {"en_ewt", "en_ewt-o1", "en_ewt-o2", "en_ewt-pipeline"} <= set(by_name)
+    assert by_name["en_ewt"]["alias_of"] == "en_ewt-pipeline" and by_name["en_ewt-o2"]["alias_of"] is None
+    assert not by_name["en_ewt"]["needs_tags"] and by_name["en_ewt-o2"]["needs_tags"]
     assert by_name["en_ewt-o1"]["settings"]["order"] == 1 and by_name["en_ewt-o2"]["settings"]["order"] == 2
     assert by_name["en_ewt-o1"]["metrics"]["dev"]["uas"] > 80 and by_name["en_ewt-o1"]["created"]
-    assert all(m["version"] == 1 and m["needs_tags"] for m in doc["models"])
+    assert all(m["version"] == 1 and m["needs_tags"] == (m["name"] in ("en_ewt-o1", "en_ewt-o2")) for m in doc["models"])
 
 
 # -- operations --------------------------------------------------------------------------------------
@@ -215,6 +216,20 @@ def test_service_not_ready_without_the_default_model(tmp_path: Path) -> None:
         assert_problem(c.post("/parse", json=body()), 503)
 
 
+def test_default_pipeline_parses_raw_text_and_untagged_tokens(client: TestClient) -> None:
+    r = client.post("/parse", json={"text": "The parser tells you how sure it is. Try it!"})
+    assert r.status_code == 200, r.text
+    sentences = r.json()["sentences"]
+    assert len(sentences) == 2 and [t["form"] for t in sentences[1]["tokens"]] == ["Try", "it", "!"]
+    for s in sentences:
+        heads = np.array([-1] + [t["head"] for t in s["tokens"]])
+        assert is_tree(heads) and all(t["upos"] and t["upos"] != "_" and t["deprel"] for t in s["tokens"])
+    untagged = client.post("/parse", json={"tokens": [WORDS]})
+    assert untagged.status_code == 200, untagged.text
+    predicted = [t["upos"] for t in untagged.json()["sentences"][0]["tokens"]]
+    assert sum(p == g for p, g in zip(predicted, TAGS, strict=True)) >= len(TAGS) - 1  # the model's tagger ran
+
+
 # -- errors ------------------------------------------------------------------------------------------
 def test_service_errors_are_problems(client: TestClient) -> None:
     r = client.post("/parse", content=b'{"tokens": [["a"]', headers={"content-type": "application/json"})
@@ -227,8 +242,9 @@ def test_service_errors_are_problems(client: TestClient) -> None:
     assert_problem(client.post("/parse", json=body(model="nope")), 404, field="model")
     assert_problem(client.post("/parse", json=body(model="en_ewt@9")), 404, field="model")
     assert_problem(client.post("/parse", json=body(model="../models")), 422, field="model")
-    assert_problem(client.post("/parse", json={"text": "Dogs bark."}), 422, field="text")
-    assert_problem(client.post("/parse", json={"tokens": [WORDS]}), 422, field="tags")
+    # a parser-only model cannot split text or tag words (the default pipeline can: see the test below)
+    assert_problem(client.post("/parse", json={"text": "Dogs bark.", "model": "en_ewt-o2"}), 422, field="text")
+    assert_problem(client.post("/parse", json={"tokens": [WORDS], "model": "en_ewt-o2"}), 422, field="tags")
     assert_problem(client.post("/parse", json={"tokens": [WORDS, WORDS2], "tags": [TAGS, TAGS]}), 422,
                    field="tags", sentence=1)
     assert_problem(client.post("/parse", json={"tokens": [["a\tb"]], "tags": [["X"]]}), 422, word=0)
@@ -240,12 +256,13 @@ def test_service_errors_are_problems(client: TestClient) -> None:
     bad = CONLLU.replace("2\tbark", "7\tbark")
     assert_problem(client.post("/parse", json={"conllu": bad}), 422, field="conllu", line=3)
     assert_problem(client.post("/parse", json={"conllu": CONLLU.replace("NOUN", "_").replace("VERB", "_")
-                                               .replace("PUNCT", "_")}), 422, field="conllu", line=1)
+                                               .replace("PUNCT", "_"), "model": "en_ewt-o2"}), 422, field="conllu",
+                   line=1)
     assert_problem(client.post("/kbest", json=body(k=0)), 422, field="k")
     assert_problem(client.post("/kbest", json=body(k=101)), 422, field="k")
     assert_problem(client.post("/sample", json=body(n=1001)), 422, field="n")
     assert_problem(client.post("/marginals", json=body(output="conllu")), 422, field="output")
-    assert_problem(client.get("/marginals", params={"tokens": WORDS2}), 422, field="tags")
+    assert_problem(client.get("/marginals", params={"tokens": WORDS2, "model": "en_ewt-o2"}), 422, field="tags")
     assert_problem(client.get("/no/such/route"), 404)
     huge = json.dumps({"tokens": [["word"] * 50] * 400}).encode()
     assert_problem(client.post("/parse", content=huge, headers={"content-type": "application/json"}), 413)

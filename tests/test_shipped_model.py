@@ -35,3 +35,35 @@ def test_shipped_model_parses_ewt_dev(ewt_dir: Path) -> None:
                                [p.head_probs for p in parsed])
     assert scores["uas"] > 80.0  # the full dev figure is in the README; this guards against regressions
     assert scores["ece"] < 0.05
+
+
+PIPELINE = Path(__file__).resolve().parents[1] / "models" / "en_ewt-pipeline"
+
+
+def test_default_model_is_the_full_pipeline() -> None:
+    from engine.pipeline import Pipeline
+
+    default = PIPELINE.parent / "en_ewt"
+    assert default.is_symlink() and default.resolve() == PIPELINE.resolve()
+    assert sum(p.stat().st_size for p in PIPELINE.iterdir()) < 120 * 2**20  # half-precision arrays (183 MB at float32)
+    pipeline = Pipeline.load(default)
+    assert pipeline.components == ["tokenizer", "tagger", "parser", "labeler"]
+    training = pipeline.manifest["training"]
+    assert training["train_file"] == "en_ewt-ud-train.conllu" and len(training["train_sha256"]) == 64
+    assert pipeline.parser.constraint.tree == "nonprojective" and pipeline.parser.constraint.root == "single"
+    assert pipeline.manifest["metrics"]["dev"]["upos"] >= 95.0  # recorded at training time, predicted tags
+
+
+def test_default_pipeline_parses_raw_text_end_to_end() -> None:
+    from engine.decode.mst import is_tree
+    from engine.pipeline import Pipeline
+
+    pipeline = Pipeline.load(PIPELINE)
+    sentences = pipeline.tokenize("I can't believe it's already November. The parser doesn't mind, though!")
+    assert [s.n for s in sentences] == [9, 8]  # can't -> ca n't, it's -> it 's, doesn't -> does n't
+    assert pipeline.tag(sentences) == [0, 1]
+    assert sentences[0].upos[:4] == ["PRON", "AUX", "PART", "VERB"]
+    for s, parsed in zip(sentences, pipeline.parser.parse(sentences), strict=True):
+        assert is_tree(parsed.heads) and len(parsed.deprels) == s.n
+        assert ((parsed.head_probs > 0) & (parsed.head_probs <= 1)).all()
+        np.testing.assert_allclose(parsed.marginals[:, 1:].sum(axis=0), 1.0, atol=1e-6)
