@@ -25,7 +25,7 @@ RUN groupadd --gid 10001 parser \
     && mkdir /data && chown parser:parser /data
 COPY --from=build /opt/venv /opt/venv
 WORKDIR /app
-# A directory COPY keeps the symlinks inside it: models/en_ewt -> en_ewt-o2 stays an alias.
+# A directory COPY keeps the symlinks inside it: models/en_ewt -> en_ewt-pipeline stays an alias.
 COPY models ./models
 USER 10001:10001
 # Job store (SQLite), uploads and trained models (/data/models); a new named volume takes this
