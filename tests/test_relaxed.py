@@ -31,6 +31,7 @@ from engine.inference.relaxed import (
     pruned_bp,
     relaxed_bp,
 )
+from engine.inference.relaxed import _gain_exceeds as gain_exceeds
 
 ROOT = Path(__file__).resolve().parents[1]
 O2 = ROOT / "models" / "en_ewt-o2"
@@ -111,6 +112,16 @@ def test_relaxed_gain_is_stable_and_invariant_under_negation() -> None:
     np.testing.assert_allclose(edge[:5], 0.0, atol=1e-12)
     assert edge[5] == pytest.approx(np.log1p(1e-300 * np.expm1(700.0)), rel=1e-9)
     assert edge[6] == pytest.approx(0.125e-16, rel=1e-6)  # mu (1 - mu) theta^2 / 2
+
+
+def test_relaxed_gain_screen_selects_exactly_the_factors_above_epsilon() -> None:
+    """The controller screens candidates by g <= mu (e^theta - 1 - theta) before evaluating eq. 3: the
+    selected set is the one eq. 3 alone selects, for any threshold, tiny or huge weights, mu at 0 or 1."""
+    rng = np.random.default_rng(2)
+    mu = np.concatenate([rng.random(5000), rng.random(1000) ** 8, [0.0, 1.0, 1e-300, 0.5, 0.5, 0.3, 0.0]])
+    theta = np.concatenate([rng.normal(scale=2.0, size=6000), [800.0, -800.0, 700.0, 1e-9, -1e-9, 0.0, 720.0]])
+    for eps in (0.0, 1e-15, 1e-4, 1e-2, 0.3, 5.0):
+        np.testing.assert_array_equal(gain_exceeds(mu, theta, eps), np.flatnonzero(factor_gain(mu, theta) > eps))
 
 
 # -- Proposition 2 ----------------------------------------------------------------------------------

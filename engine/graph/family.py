@@ -24,6 +24,7 @@ class FactorFamily(ABC):
     """A vectorised family of factors over link variables of one sentence of ``n`` words."""
 
     name: str = "factor"
+    constant: bool = False  # True when propagate ignores its input (LINK): BP updates it once (bp.Repeats)
 
     def __init__(self, n: int, valid: np.ndarray) -> None:
         self.n = n
@@ -44,6 +45,11 @@ class FactorFamily(ABC):
     @abstractmethod
     def log_potential(self, y: np.ndarray) -> float:
         """Log of the product of the family's factors on a boolean arc assignment (-inf if violated)."""
+
+    def message_bound(self) -> float:
+        """An upper bound on |outgoing message log-odds| whatever comes in (inf: none); BP skips the clip
+        of a family whose bound is well inside it (``BPConfig.clip``)."""
+        return np.inf
 
     def initial(self) -> Messages:
         """Messages before the first update (uninformative: log-odds 0)."""

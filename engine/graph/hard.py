@@ -17,6 +17,7 @@ class Link(ArcFamily):
     """
 
     name = "link"
+    constant = True
 
     def __init__(self, n: int, valid: np.ndarray, theta: np.ndarray) -> None:
         super().__init__(n, valid)

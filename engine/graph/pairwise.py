@@ -69,6 +69,11 @@ class PairFamily(FactorFamily):
         sub._a, sub._b, sub._size = self._a[index], self._b[index], self._size
         return sub
 
+    def message_bound(self) -> float:
+        """``softplus(r + theta) - softplus(r)`` lies between 0 and theta, so no message exceeds the largest
+        |theta| (inf for a hard factor); rounding can add a few ulp of the incoming log-odds."""
+        return float(np.abs(self.theta).max(initial=0.0))
+
     def gather(self, arc: np.ndarray) -> Messages:
         flat = arc.reshape(-1)
         return flat[self._a], flat[self._b]

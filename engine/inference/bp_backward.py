@@ -10,7 +10,9 @@ log-potential), given the objective's gradient with respect to the final beliefs
 
 One iteration is a list of *stages*; the families updated in one stage all read the same beliefs.
 Flooding has one stage of every family; the serial schedule (§2 fn. 4) has one stage per visit, in
-the order tree factor, the others, then back. For a stage, with ``b = sum_f scatter_f(m_f)`` the
+the order tree factor, the others, then back. Updates that ``run_bp`` skips as exact repeats
+(``engine.inference.bp.Repeats``: LINK after its first update, the tree factor's visit that opens a
+serial iteration) are skipped here too and are not on the tape. For a stage, with ``b = sum_f scatter_f(m_f)`` the
 log-odds beliefs and ``d`` the damping,
 
     r_f = gather_f(b) - m_f                                  (variable-to-factor, eq. 4)
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.graph.family import FactorFamily, Messages
-from engine.inference.bp import BPConfig, BPResult
+from engine.inference.bp import BPConfig, BPResult, Repeats, stages
 
 _SIGMOID_CLIP = 700.0  # run_bp clips the belief log-odds here before the sigmoid
 
@@ -57,29 +59,22 @@ class BPTape:
     total: np.ndarray | None = None
 
 
-def _stages(count: int, schedule: str) -> list[list[int]]:
-    if schedule == "flooding" or count == 1:
-        return [list(range(count))]
-    order = list(range(count))
-    return [[i] for i in order + order[-2::-1]]
-
-
 def bp_forward(families: Sequence[FactorFamily], valid: np.ndarray,
                config: BPConfig | None = None) -> tuple[BPResult, BPTape]:
     """``run_bp`` with a tape of every message update (same result, bit for bit)."""
     config = config or BPConfig()
     messages: list[Messages] = [f.initial() for f in families]
     tape = BPTape()
-    stages = _stages(len(families), config.schedule)
+    repeats = Repeats(families, config)  # the updates run_bp skips as exact repeats, skipped here too
     residual, iterations, converged = np.inf, 0, False
     for iterations in range(1, config.max_iterations + 1):  # noqa: B007
         residual = 0.0
         b = np.zeros(valid.shape)
         for f, m in zip(families, messages, strict=True):
             b += f.scatter(m)
-        for stage in stages:
-            visits, updates = [], []
-            for i in stage:
+        for stage in stages(len(families), config.schedule):
+            visits, updates, changes = [], [], []
+            for i in repeats.pending(stage):
                 f, old = families[i], messages[i]
                 incoming = tuple(g - o for g, o in zip(f.gather(b), old, strict=True))
                 raw = f.propagate(incoming)
@@ -92,10 +87,13 @@ def bp_forward(families: Sequence[FactorFamily], valid: np.ndarray,
                 f, old = families[i], messages[i]
                 if len(stage) == 1:  # serial: the next stage reads the beliefs after this update
                     b = b + f.scatter(new) - f.scatter(old)
-                residual = max(residual, max((float(np.abs(n - o).max(initial=0.0))
-                                              for n, o in zip(new, old, strict=True)), default=0.0))
+                changes.append(max((float(np.abs(n - o).max(initial=0.0))
+                                    for n, o in zip(new, old, strict=True)), default=0.0))
+                residual = max(residual, changes[-1])
                 messages[i] = new
-            tape.stages.append(visits)
+            repeats.record([v.family for v in visits], changes)
+            if visits:
+                tape.stages.append(visits)
         if residual < config.tolerance:
             converged = True
             break

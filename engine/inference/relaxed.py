@@ -43,6 +43,13 @@ so eta is an estimate of the bound, not a guarantee: it does not cover BP's own 
 
 **Pruned(t)** (§5.3): drop every candidate factor with |theta| < t, then run BP once; eta is
 computed the same way over the dropped factors.
+
+**Cost.** The first graph (TREE + LINK) is exact after one Matrix-Tree call. Its tree message is
+then already what the tree factor would send at the start of the next solve (new factors start at
+0), so that solve does not recompute it (``BPResult.settled``, ``engine.inference.bp.Repeats``). Each
+BP iteration costs one tree update plus the pairwise updates of the factors in F'. Each separation
+round costs O(F) over the F candidates: a bound screens most of them before eq. 3
+(``_gain_exceeds``). eta costs another O(F) pass over the final beliefs.
 """
 
 from __future__ import annotations
@@ -212,46 +219,60 @@ def pair_feature_expectations(family: PairFamily, beliefs: np.ndarray,
 
 
 # -- the controller -----------------------------------------------------------------------------------
-class _WarmStart(FactorFamily):
-    """A family whose BP run starts from given messages instead of uninformative ones."""
-
-    def __init__(self, family: FactorFamily, messages: Messages) -> None:
-        super().__init__(family.n, family.valid)
-        self.family, self.messages, self.name = family, messages, family.name
-
-    def gather(self, arc: np.ndarray) -> Messages:
-        return self.family.gather(arc)
-
-    def scatter(self, messages: Messages) -> np.ndarray:
-        return self.family.scatter(messages)
-
-    def propagate(self, incoming: Messages) -> Messages:
-        return self.family.propagate(incoming)
-
-    def log_potential(self, y: np.ndarray) -> float:
-        return self.family.log_potential(y)
-
-    def initial(self) -> Messages:
-        return self.messages
-
-
 def _candidates(families: Sequence[FactorFamily]) -> list[int]:
     """Indices of the soft pairwise families (finite weights): the factors relaxation may leave out."""
     return [i for i, f in enumerate(families) if isinstance(f, PairFamily) and np.isfinite(f.theta).all()]
 
 
+def _gain_exceeds(mu: np.ndarray, theta: np.ndarray, epsilon: float) -> np.ndarray:
+    """Indices of the factors whose gain (Prop. 1, eq. 3) exceeds ``epsilon``, for features firing with
+    probability ``mu`` (F,) and weights ``theta`` (F,). Since log(1 + x) <= x, eq. 3 gives
+    ``g <= mu (e^theta - 1 - theta)``: a factor whose bound is at most epsilon / 2 cannot pass (the
+    half absorbs the rounding of ``expm1(theta) - theta`` for tiny theta), and eq. 3 proper
+    (``factor_gain``) is evaluated only on the rest. O(F) with four passes over the candidates; most
+    fail the screen because most arcs have a small belief."""
+    if epsilon > 0.0:
+        with np.errstate(over="ignore", invalid="ignore"):  # theta > 709: inf, and 0 * inf where mu = 0
+            rest = np.flatnonzero(mu * (np.expm1(theta) - theta) > 0.5 * epsilon)
+        return rest[factor_gain(mu[rest], theta[rest]) > epsilon]
+    return np.flatnonzero(factor_gain(mu, theta) > epsilon)
+
+
 class _SubGraph:
     """The current sub-graph F': every non-candidate family, and the active factors of each candidate
-    family. Keeps the last messages of every factor so that the next solve can start from them."""
+    family. With ``warm``, each solve starts from the messages of the previous one (factors added
+    since from uninformative ones), and families whose update would repeat the previous solve's last
+    one (``BPResult.settled``: TREE and LINK after the first, exact solve) are not updated again."""
 
     def __init__(self, families: Sequence[FactorFamily], active: dict[int, np.ndarray], warm: bool) -> None:
         self.families, self.active, self.warm = families, active, warm
-        self.saved: dict[int, Messages] = {}
+        self.saved: dict[int, Messages] = {}  # per family, messages over all its factors (0 if never active)
+        self.last: tuple[list[tuple[int, np.ndarray | None]], BPResult] | None = None
         self.iterations = 0
 
+    def _save_last(self) -> None:
+        """Fold the last solve's messages into ``saved`` (done lazily: the last solve needs no saving)."""
+        if self.last is None:
+            return
+        owners, result = self.last
+        for (i, index), msgs in zip(owners, result.messages, strict=True):
+            if index is None:
+                self.saved[i] = msgs
+            else:
+                full = self.saved.get(i) or tuple(np.zeros(self.families[i].size) for _ in msgs)  # type: ignore
+                for whole, part in zip(full, msgs, strict=True):
+                    whole[index] = part
+                self.saved[i] = full
+
     def solve(self, valid: np.ndarray, config: BPConfig) -> BPResult:
+        settled: set[int] = set()
+        if self.warm and self.last is not None:  # non-candidate families kept their factors and messages
+            owners, last = self.last
+            settled = {owners[k][0] for k in last.settled if owners[k][1] is None}
+            self._save_last()
         members: list[FactorFamily] = []
-        owners: list[tuple[int, np.ndarray | None]] = []
+        owners = []
+        initial: list[Messages | None] = []
         for i, f in enumerate(self.families):
             index = None
             if i in self.active:
@@ -259,41 +280,35 @@ class _SubGraph:
                 if not len(index):
                     continue
                 f = f.select(index)  # type: ignore[attr-defined]
-            if self.warm and i in self.saved:
-                old = self.saved[i]
-                f = _WarmStart(f, old if index is None else tuple(m[index] for m in old))
+            old = self.saved.get(i) if self.warm else None
+            initial.append(None if old is None else old if index is None else tuple(m[index] for m in old))
             members.append(f)
             owners.append((i, index))
         if all(isinstance(f, Link) for f in members[1:]) and isinstance(members[0], ArcFamily):
-            config = BPConfig(max_iterations=1, schedule="flooding")  # one arc-shaped factor + LINK: exact
-        result = run_bp(members, valid, config)
+            config = BPConfig(max_iterations=1, schedule="flooding", clip=config.clip)  # one arc factor + LINK: exact
+        result = run_bp(members, valid, config, initial=initial,
+                        settled=[k for k, (i, _) in enumerate(owners) if i in settled])
         self.iterations += result.iterations
-        if self.warm:
-            for (i, index), msgs in zip(owners, result.messages, strict=True):
-                if index is None:
-                    self.saved[i] = msgs
-                else:
-                    full = self.saved.get(i) or tuple(np.zeros(self.families[i].size) for _ in msgs)  # type: ignore
-                    for whole, part in zip(full, msgs, strict=True):
-                        whole[index] = part
-                    self.saved[i] = full
+        self.last = (owners, result) if self.warm else None
         return result
 
     def left_out_eta(self, beliefs: np.ndarray) -> float:
+        """Prop. 2's eta over the factors left out, from ``beliefs``: per factor ``|theta| (1 - mu~)`` as in
+        ``eta_bound``, written ``max(theta, 0) - theta mu`` (the same number) to take fewer passes."""
         eta = 0.0
         for i, mask in self.active.items():
-            out = np.flatnonzero(~mask)
-            if len(out):
-                fam: PairFamily = self.families[i]  # type: ignore[assignment]
-                eta += eta_bound(pair_feature_expectations(fam, beliefs, out), fam.theta[out])
+            fam: PairFamily = self.families[i]  # type: ignore[assignment]
+            theta = fam.theta
+            per_factor = np.maximum(theta, 0.0) - theta * pair_feature_expectations(fam, beliefs)
+            eta += float(per_factor.sum() if not mask.any() else per_factor[~mask].sum())
         return eta
 
     def finish(self, result: BPResult, method: str, rounds: int, eta: float, start: float) -> RelaxedResult:
         used = sum(int(m.sum()) for m in self.active.values())
         total = sum(len(m) for m in self.active.values())
         return RelaxedResult(result.beliefs, result.log_odds, result.messages, result.incoming, self.iterations,
-                             result.converged, result.residual, result.tape, method=method, rounds=rounds,
-                             factors_used=used, factors_total=total, eta=eta,
+                             result.converged, result.residual, result.tape, result.settled, method=method,
+                             rounds=rounds, factors_used=used, factors_total=total, eta=eta,
                              seconds=time.perf_counter() - start,
                              selected={self.families[i].name: m for i, m in self.active.items()})
 
@@ -304,8 +319,9 @@ def relaxed_bp(families: Sequence[FactorFamily], valid: np.ndarray,
 
     ``families`` is the full factor graph of one sentence (``families[0]`` the tree factor, as for
     ``run_bp``); the soft pairwise families are the candidates, everything else forms the initial graph.
-    Each separation round costs O(F) for the F candidates not yet added (Prop. 1, vectorised). The
-    result's ``eta`` is Prop. 2's bound over the factors still left out, from the final beliefs.
+    Each separation round costs O(F) for the F candidates not yet added (Prop. 1, vectorised and
+    screened by a bound, ``_gain_exceeds``). The result's ``eta`` is Prop. 2's bound over the factors
+    still left out, from the final beliefs.
     """
     start = time.perf_counter()
     cand = _candidates(families)
@@ -317,11 +333,13 @@ def relaxed_bp(families: Sequence[FactorFamily], valid: np.ndarray,
         added, scored = 0, []
         for i in cand:
             fam: PairFamily = families[i]  # type: ignore[assignment]
-            out = np.flatnonzero(~graph.active[i])
-            mu, theta = pair_feature_expectations(fam, result.beliefs, out), fam.theta[out]
-            new = factor_gain(mu, theta) > config.epsilon
-            graph.active[i][out[new]] = True
-            added += int(new.sum())
+            active = graph.active[i]
+            out = np.flatnonzero(~active) if active.any() else None  # None: every factor is a candidate
+            mu = pair_feature_expectations(fam, result.beliefs, out)
+            theta = fam.theta if out is None else fam.theta[out]
+            new = _gain_exceeds(mu, theta, config.epsilon)
+            active[new if out is None else out[new]] = True
+            added += len(new)
             scored.append((mu, theta))
         if not added:  # the left-out factors are exactly those just scored, under the final beliefs
             eta = sum((eta_bound(mu, theta) for mu, theta in scored), 0.0)
