@@ -4,7 +4,8 @@
 
 Reads the per-sentence times that ``bench/relaxed.py --out`` writes (one panel per file), groups
 sentences into length bins of 5 words and plots the mean inference milliseconds of each configuration
-per bin on a log scale. Needs matplotlib (``pip install -e ".[bench]"``).
+per bin on a log scale (``bench/relaxed.py`` times inference as process CPU time). Needs matplotlib
+(``pip install -e ".[bench]"``).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def main() -> None:
         ax.set_xlabel(f"sentence length (words; bins of {BIN}, last bin {args.max_words}+)")
         ax.set_yscale("log")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("inference time per sentence (ms, mean)")
+    axes[0][0].set_ylabel("inference CPU time per sentence (ms, mean)")
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(args.out, dpi=120)
