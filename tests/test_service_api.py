@@ -179,7 +179,8 @@ def test_service_models_lists_default_and_alias(client: TestClient) -> None:
     assert not by_name["en_ewt"]["needs_tags"] and by_name["en_ewt-o2"]["needs_tags"]
     assert by_name["en_ewt-o1"]["settings"]["order"] == 1 and by_name["en_ewt-o2"]["settings"]["order"] == 2
     assert by_name["en_ewt-o1"]["metrics"]["dev"]["uas"] > 80 and by_name["en_ewt-o1"]["created"]
-    assert all(m["version"] == 1 and m["needs_tags"] == (m["name"] in ("en_ewt-o1", "en_ewt-o2")) for m in doc["models"])
+    parser_only = ("en_ewt-o1", "en_ewt-o2")
+    assert all(m["version"] == 1 and m["needs_tags"] == (m["name"] in parser_only) for m in doc["models"])
 
 
 # -- operations --------------------------------------------------------------------------------------
