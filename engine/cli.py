@@ -51,7 +51,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--components", default="tokenizer,tagger,parser,labeler",
                    help="what to train (the parser always): tokenizer, tagger (the parser and labeler then train "
                    "on jackknifed predicted tags), parser, labeler (log-linear; else count-based labels)")
-    p.add_argument("--folds", type=int, default=5, help="jackknifing folds for predicted training tags")
+    p.add_argument("--folds", type=int, default=5,
+                   help="jackknifing folds for predicted training tags and the labeler's first-stage labels")
     p.add_argument("--objective", choices=["cll", "l2", "ar", "l2+ar"], default="cll",
                    help="cll (exact, or surrogate under BP), or approximation-aware training through --bp-iterations "
                    "BP iterations (--order 2) or exact marginals (--order 1): l2 = L2 distance of beliefs to the "

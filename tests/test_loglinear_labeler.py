@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from engine.data.conllu_io import read_conllu
 from engine.decode.labeler import CountLabeler
-from engine.decode.loglinear_labeler import DEFAULT_TEMPLATES, LogLinearLabeler, loss_and_gradient
+from engine.decode.loglinear_labeler import CONTEXT_TEMPLATES, DEFAULT_TEMPLATES, LogLinearLabeler, loss_and_gradient
 
 UPOS = ["NOUN", "VERB", "DET", "ADJ", "PUNCT", "PRON", "ADP"]
 
@@ -124,6 +124,62 @@ def test_state_round_trip_and_bad_states() -> None:
     s = corpus[1]
     np.testing.assert_array_equal(LogLinearLabeler.from_state(*raw.to_state()).distribution(s, s.heads),
                                   raw.distribution(s, s.heads))
+
+
+def _passive_corpus() -> list[SimpleNamespace]:
+    """Subjects whose label only the rest of the tree decides: "nsubj:pass" exactly when the verb has an
+    "aux:pass" child. The tags and words of the subject and verb are the same in both kinds of sentence."""
+    active = _sentence(["He", "has", "seen", "it"], ["PRON", "AUX", "VERB", "PRON"], [3, 3, 0, 3],
+                       ["nsubj", "aux", "root", "obj"])
+    passive = _sentence(["He", "was", "seen", "there"], ["PRON", "AUX", "VERB", "ADV"], [3, 3, 0, 3],
+                        ["nsubj:pass", "aux:pass", "root", "advmod"])
+    return [active, passive] * 12
+
+
+def test_stacked_labeller_reads_first_stage_labels_and_round_trips() -> None:
+    corpus = _passive_corpus()
+    model = LogLinearLabeler.train(corpus, epochs=4, buckets=1 << 12, folds=3)
+    assert model.context is not None and model.context.context is None
+    assert model.templates == [tuple(t) for t in (*DEFAULT_TEMPLATES, *CONTEXT_TEMPLATES)]
+    assert model.info["folds"] == 3
+    for s in corpus[:2]:
+        p = model.distribution(s, s.heads)
+        np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-9)
+        assert model.predict(s, s.heads)[0] == s.deprels
+    # the second stage's features depend on the first stage's labels: other labels, other features
+    s = corpus[1]
+    own = model.feature_ids([s], [s.heads])
+    np.testing.assert_array_equal(own, model.feature_ids([s], [s.heads], [model.context.predict(s, s.heads)[0]]))
+    assert (own != model.feature_ids([s], [s.heads], [["obj", "aux", "root", "obj"]])).any()
+    meta, arrays = model.to_state()
+    assert set(arrays) == {"weights", "context.weights"} and meta["version"] == 2
+    again = LogLinearLabeler.from_state(json.loads(json.dumps(meta)), arrays)
+    assert again.context is not None and again.templates == model.templates
+    for s in corpus[:2]:
+        np.testing.assert_array_equal(again.distribution(s, s.heads), model.distribution(s, s.heads))
+    with pytest.raises(ValueError, match="context"):
+        LogLinearLabeler.from_state(meta, {"weights": arrays["weights"]})  # the first stage's weights are missing
+    bad = {**meta, "context": {**meta["context"], "labels": list(reversed(meta["context"]["labels"]))}}
+    with pytest.raises(ValueError, match="label sets"):
+        LogLinearLabeler.from_state(bad, arrays)
+
+
+def test_deprel_templates_need_a_first_stage_and_labels_for_every_word() -> None:
+    labels = ["a", "b"]
+    with pytest.raises(ValueError, match="first-stage"):
+        LogLinearLabeler(labels, np.zeros((1 << 4, 2)), [("h.deprel", "d.upos")])
+    first = LogLinearLabeler(labels, np.zeros((1 << 4, 2)))
+    second = LogLinearLabeler(labels, np.zeros((1 << 4, 2)), [("h.deprel", "d.upos")], context=first)
+    with pytest.raises(ValueError, match="first-stage"):
+        LogLinearLabeler(labels, np.zeros((1 << 4, 2)), [("h.deprel",)], context=second)  # no third stage
+    s = _sentence(["x", "y"], ["NOUN", "VERB"])
+    with pytest.raises(ValueError, match="2-word"):
+        second.feature_ids([s], [np.array([-1, 2, 0])], [["a"]])
+    assert second.predict(s, np.array([-1, 2, 0]))[0] == ["a", "a"]  # ties go to the first label
+    one_stage = LogLinearLabeler.train(_toy_corpus(), epochs=2, buckets=1 << 10, folds=0)
+    assert one_stage.context is None and one_stage.to_state()[0]["version"] == 2
+    old = {**one_stage.to_state()[0], "version": 1}  # states written before stacking still load
+    assert LogLinearLabeler.from_state(old, one_stage.to_state()[1]).context is None
 
 
 def test_rejects_bad_heads() -> None:

@@ -12,6 +12,16 @@ the ``DEFAULT_TEMPLATES`` list declares):
   the head's arc;
 - a punctuation flag (no letter or digit) and the position (first, last, only, middle word).
 
+**Stacking** (``train(..., folds=k)``, the pipeline's default). Labels of one tree depend on each other: a
+subject is ``nsubj:pass`` when its head has an ``aux:pass`` child, an object ``iobj`` when a second object
+follows, a ``case`` child makes an oblique. A second-stage labeller reads the labels a first-stage labeller
+gave the rest of the tree (``deprel`` atoms: the head's own label, its other children's and the dependent's
+children's, ``CONTEXT_TEMPLATES``), in the manner of stacked
+learning (Wolpert 1992; Nivre & McDonald 2008 stack two parsers the same way). So that training sees
+first-stage labels as noisy as at test time, those of the training set are jackknifed: each of ``k``
+contiguous folds is labelled by a first stage trained on the others. On EWT dev with gold trees and
+predicted tags this lifts label accuracy from 94.83 to 95.07 (README, *From raw text*).
+
 Every template's value is hashed (``engine.features.hashing``) into ``buckets`` rows of a weight matrix
 ``W (buckets, n_labels)``; an arc's label scores are the sum of the rows of its features, and
 ``p = softmax(scores)``. Training minimises the mean log-loss of the gold labels on gold trees plus
@@ -39,13 +49,14 @@ from engine.features.hashing import hash_string, hash_strings
 log = logging.getLogger(__name__)
 
 STATE_FORMAT = "loglinear-labeler"
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: an optional first stage (stacking); version 1 states still load
 
 # Token attributes, for the dependent ("d."), the head ("h."), the head's head ("g."), each child of the dependent
-# ("c.", a bag) and each other child of the head ("s.", siblings, a bag).
+# ("c.", a bag) and each other child of the head ("s.", siblings, a bag). "deprel" is the token's label from a
+# first-stage labeller (stacking; see the module docstring).
 TOKEN_ATOMS = (
     "lower", "upos", "xpos", "suf3", "upos_prev", "upos_next", "punct", "position",
-    "children", "lc_upos", "rc_upos", "lc_lower", "rc_lower",
+    "children", "lc_upos", "rc_upos", "lc_lower", "rc_lower", "deprel",
 )
 SINGLE, BAGS = "dhg", "cs"
 # Arc attributes: direction of h -> m, direction plus binned distance, direction of the head's own arc; for bag
@@ -89,6 +100,14 @@ DEFAULT_TEMPLATES: tuple[tuple[str, ...], ...] = tuple(_t(s) for s in (
     "g.lower h.upos d.upos dir",
     # punctuation and position
     "d.punct d.lower", "d.punct h.upos dir", "d.position d.upos h.upos", "d.position d.lower",
+))
+
+# What a second-stage labeller adds: the first stage's labels of the head, its other children (siblings) and the
+# dependent's children. The dependent's own first-stage label was tried and dropped (EWT dev: 95.02 against 95.16).
+CONTEXT_TEMPLATES: tuple[tuple[str, ...], ...] = tuple(_t(s) for s in (
+    "h.deprel d.upos dir", "h.deprel d.upos h.upos dir", "h.deprel d.lower dir", "g.upos h.deprel d.upos",
+    "s.deprel s.side d.upos h.upos", "s.deprel s.side d.lower", "s.deprel s.lower s.side d.upos",
+    "c.deprel c.side d.upos h.upos dir", "c.deprel c.lower d.upos dir",
 ))
 
 
@@ -144,8 +163,10 @@ class _Arcs:
         return self.codes.shape[0] - 1
 
 
-def _token_codes(sentences: Sequence[Tokens], heads: Sequence[np.ndarray], atoms: Sequence[str]) -> _Arcs:
-    """Hash every token attribute in ``atoms`` once per token of the batch (a few numpy calls per attribute)."""
+def _token_codes(sentences: Sequence[Tokens], heads: Sequence[np.ndarray], atoms: Sequence[str],
+                 context: Sequence[Sequence[str]] | None = None) -> _Arcs:
+    """Hash every token attribute in ``atoms`` once per token of the batch (a few numpy calls per attribute);
+    ``context`` holds each sentence's first-stage labels, for the ``deprel`` atom."""
     lens = np.fromiter((len(s.forms) for s in sentences), dtype=np.int64, count=len(sentences))
     starts = np.zeros(len(lens), dtype=np.int64)
     np.cumsum(lens[:-1] + 1, out=starts[1:])
@@ -200,6 +221,17 @@ def _token_codes(sentences: Sequence[Tokens], heads: Sequence[np.ndarray], atoms
             tags.extend(s.xpos)
         tags.append("<NONE>")
         cols["xpos"] = hash_strings(tags)
+    if "deprel" in need:
+        if context is None or len(context) != len(sentences):
+            raise ValueError("the deprel features need every sentence's first-stage labels")
+        rels: list[str] = []
+        for s, labels in zip(sentences, context, strict=True):
+            if len(labels) != len(s.forms):
+                raise ValueError(f"{len(labels)} first-stage labels for a {len(s.forms)}-word sentence")
+            rels.append(_ROOT)
+            rels.extend(labels)
+        rels.append("<NONE>")
+        cols["deprel"] = hash_strings(rels)
     if "punct" in need:
         flags = np.fromiter(map(_is_punct, lower), dtype=np.int64, count=total + 1)
         flags[starts] = 2
@@ -275,9 +307,15 @@ class _Compiled:
             out[i, : len(r)] = r
         return out
 
-    def feature_ids(self, sentences: Sequence[Tokens], heads: Sequence[np.ndarray], buckets: int) -> np.ndarray:
+    @property
+    def needs_context(self) -> bool:
+        """Whether some template reads first-stage labels (``deprel``)."""
+        return "deprel" in self.token_atoms
+
+    def feature_ids(self, sentences: Sequence[Tokens], heads: Sequence[np.ndarray], buckets: int,
+                    context: Sequence[Sequence[str]] | None = None) -> np.ndarray:
         """(total words, width) int32 hashed feature rows in ``[1, buckets)`` (a power of two), 0 = null."""
-        a = _token_codes(sentences, heads, self.token_atoms)
+        a = _token_codes(sentences, heads, self.token_atoms, context)
         n = len(a.dep)
         right = a.head_pos < a.pos
         dist = _DIST_BINS[np.minimum(np.abs(a.head_pos - a.pos), len(_DIST_BINS) - 1)] + 16 * right
@@ -371,10 +409,12 @@ def loss_and_gradient(
 
 
 class LogLinearLabeler:
-    """DEPREL of every arc of a given tree with its probability; see the module docstring."""
+    """DEPREL of every arc of a given tree with its probability; see the module docstring. ``context`` is the
+    first-stage labeller of a stacked model (its labels feed the ``deprel`` templates), or None."""
 
     def __init__(self, labels: Sequence[str], weights: np.ndarray,
-                 templates: Sequence[Sequence[str]] = DEFAULT_TEMPLATES, info: dict[str, Any] | None = None) -> None:
+                 templates: Sequence[Sequence[str]] = DEFAULT_TEMPLATES, info: dict[str, Any] | None = None,
+                 context: LogLinearLabeler | None = None) -> None:
         weights = np.asarray(weights)
         buckets = weights.shape[0] if weights.ndim == 2 else 0
         if weights.ndim != 2 or weights.shape[1] != len(labels) or buckets < 2 or buckets & (buckets - 1):
@@ -385,6 +425,9 @@ class LogLinearLabeler:
         self.weights = weights
         self.info = dict(info or {})
         self._compiled = _Compiled(templates)
+        if self._compiled.needs_context and (context is None or context._compiled.needs_context):
+            raise ValueError("templates with deprel atoms need a first-stage labeller without them")
+        self.context = context if self._compiled.needs_context else None
 
     @property
     def templates(self) -> list[tuple[str, ...]]:
@@ -396,11 +439,23 @@ class LogLinearLabeler:
 
     # ---- features -------------------------------------------------------------------------------
 
-    def feature_ids(self, sentences: Sequence[Tokens], heads: Sequence[np.ndarray]) -> np.ndarray:
-        """(total words, n_templates) int32 feature rows of every arc of the given trees, sentence by sentence."""
+    def first_stage_labels(self, sentences: Sequence[Tokens], heads: Sequence[np.ndarray]) -> list[list[str]] | None:
+        """The first stage's labels of every sentence (None for a one-stage labeller)."""
+        if self.context is None:
+            return None
+        return [labels for labels, _ in self.context.predict_batch(sentences, heads)]
+
+    def feature_ids(self, sentences: Sequence[Tokens], heads: Sequence[np.ndarray],
+                    context: Sequence[Sequence[str]] | None = None) -> np.ndarray:
+        """(total words, n_templates) int32 feature rows of every arc of the given trees, sentence by sentence.
+        A stacked labeller reads ``context`` (first-stage labels per sentence; by default its own first
+        stage's)."""
         if len(sentences) != len(heads):
             raise ValueError(f"{len(sentences)} sentences but {len(heads)} head arrays")
-        parts = [self._compiled.feature_ids(sentences[i:i + _CHUNK], heads[i:i + _CHUNK], self.buckets)
+        if context is None and self._compiled.needs_context:
+            context = self.first_stage_labels(sentences, heads)
+        parts = [self._compiled.feature_ids(sentences[i:i + _CHUNK], heads[i:i + _CHUNK], self.buckets,
+                                            None if context is None else context[i:i + _CHUNK])
                  for i in range(0, len(sentences), _CHUNK)]  # chunks keep the working set in cache
         return np.concatenate(parts) if parts else np.zeros((0, self._compiled.width), dtype=np.int32)
 
@@ -452,26 +507,59 @@ class LogLinearLabeler:
         l2: float = 1e-4,
         batch_size: int = 128,
         templates: Sequence[Sequence[str]] = DEFAULT_TEMPLATES,
+        folds: int = 0,
+        context_templates: Sequence[Sequence[str]] = CONTEXT_TEMPLATES,
     ) -> LogLinearLabeler:
-        """Fit on gold trees (``heads``, ``deprels``; tags may be predicted). ``dev``: pick the best epoch."""
-        start = time.perf_counter()
+        """Fit on gold trees (``heads``, ``deprels``; tags may be predicted). ``dev``: pick the best epoch.
+
+        With ``folds >= 2``, a stacked labeller: a first stage with ``templates``; first-stage labels of the
+        training set jackknifed over ``folds`` contiguous folds (each fold labelled by a first stage trained
+        on the others for the first stage's chosen number of epochs); then a second stage with
+        ``templates + context_templates`` trained on those labels. Cost: ``folds + 2`` trainings."""
         train = [s for s in sentences if s.heads is not None and len(s.forms)]
         if not train:
             raise ValueError("no training sentences with heads")
+        settings = {"epochs": epochs, "seed": seed, "progress": progress, "buckets": buckets,
+                    "learning_rate": learning_rate, "l2": l2, "batch_size": batch_size}
+        first = cls._fit(train, dev, templates, **settings)
+        if folds < 2 or len(train) < folds:
+            return first
+        start = time.perf_counter()
+        from engine.text.jackknife import fold_bounds  # contiguous folds, as for the tagger
+
+        held_out: list[list[str]] = []
+        for k, (lo, hi) in enumerate(fold_bounds(len(train), folds)):
+            part = cls._fit([*train[:lo], *train[hi:]], None, templates,
+                            **{**settings, "epochs": first.info["best_epoch"]})
+            held_out.extend(labels for labels, _ in part.predict_batch(train[lo:hi], [s.heads for s in train[lo:hi]]))
+            log.info("labeller stacking: fold %d/%d labelled (%.1f s)", k + 1, folds, time.perf_counter() - start)
+        second = cls._fit(train, dev, [*templates, *context_templates], context=first, train_context=held_out,
+                          **settings)
+        second.info["folds"] = folds
+        return second
+
+    @classmethod
+    def _fit(cls, train: Sequence[Any], dev: Sequence[Any] | None, templates: Sequence[Sequence[str]], *,
+             epochs: int, seed: int, progress: bool, buckets: int, learning_rate: float, l2: float,
+             batch_size: int, context: LogLinearLabeler | None = None,
+             train_context: Sequence[Sequence[str]] | None = None) -> LogLinearLabeler:
+        """One labeller trained by AdaGrad on ``train`` (stage 2: features read ``train_context``, and the dev
+        set's labels from ``context``)."""
+        start = time.perf_counter()
         labels = sorted({r for s in train for r in s.deprels})
         rng = np.random.default_rng(seed)
         weights = np.zeros((buckets, len(labels)), dtype=np.float32)
-        model = cls(labels, weights, templates)
+        model = cls(labels, weights, templates, context=context)
         index = {lab: i for i, lab in enumerate(labels)}
 
-        def encode(data: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-            ids = model.feature_ids(data, [s.heads for s in data])
+        def encode(data: Sequence[Any], given: Sequence[Sequence[str]] | None) -> tuple[np.ndarray, np.ndarray]:
+            ids = model.feature_ids(data, [s.heads for s in data], given)
             gold = np.array([index.get(r, -1) for s in data for r in s.deprels], dtype=np.int64)
             return ids, gold
 
-        x, y = encode(train)
+        x, y = encode(train, train_context)
         dev_data = [s for s in (dev or []) if s.heads is not None and len(s.forms)]
-        dx, dy = encode(dev_data) if dev_data else (None, None)
+        dx, dy = encode(dev_data, None) if dev_data else (None, None)
         log.info("labeller: %d training arcs, %d labels, %d templates, %d buckets (features in %.1f s)",
                  len(y), len(labels), len(model.templates), buckets, time.perf_counter() - start)
         squares = np.zeros_like(weights)
@@ -502,24 +590,31 @@ class LogLinearLabeler:
         info = {"epochs": epochs, "best_epoch": best_epoch, "history": history, "learning_rate": learning_rate,
                 "l2": l2, "batch_size": batch_size, "seed": seed, "train_arcs": int(n),
                 "train_seconds": round(time.perf_counter() - start, 2)}
-        return cls(labels, best_weights, templates, info)
+        return cls(labels, best_weights, templates, info, context=context)
 
     # ---- persistence ----------------------------------------------------------------------------
 
     def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """JSON metadata (labels, templates, training record) and the weight matrix (float16 when exact)."""
-        meta = {"format": STATE_FORMAT, "version": STATE_VERSION, "labels": self.labels,
-                "templates": [list(t) for t in self.templates], "buckets": self.buckets, "info": self.info}
+        """JSON metadata (labels, templates, training record, the first stage's metadata) and the weight
+        matrices (float16 when exact; the first stage's under ``context.``)."""
+        meta: dict[str, Any] = {"format": STATE_FORMAT, "version": STATE_VERSION, "labels": self.labels,
+                                "templates": [list(t) for t in self.templates], "buckets": self.buckets,
+                                "info": self.info}
         half = self.weights.astype(np.float16)  # trained weights are float16 values (half the model size)
         exact = np.isfinite(half).all() and np.array_equal(half.astype(self.weights.dtype), self.weights)
-        return meta, {"weights": half if exact else np.ascontiguousarray(self.weights)}
+        arrays = {"weights": half if exact else np.ascontiguousarray(self.weights)}
+        if self.context is not None:
+            meta["context"], first = self.context.to_state()
+            arrays.update({f"context.{k}": v for k, v in first.items()})
+        return meta, arrays
 
     @classmethod
     def from_state(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> LogLinearLabeler:
-        """Rebuild from ``to_state`` output; ``ValueError`` on a state this version cannot read."""
+        """Rebuild from ``to_state`` output (versions 1 and 2); ``ValueError`` on a state this version cannot
+        read."""
         try:
-            if meta.get("format") != STATE_FORMAT or meta.get("version") != STATE_VERSION:
-                raise ValueError(f"not a {STATE_FORMAT} version {STATE_VERSION} state: "
+            if meta.get("format") != STATE_FORMAT or meta.get("version") not in (1, STATE_VERSION):
+                raise ValueError(f"not a {STATE_FORMAT} state of version 1 or {STATE_VERSION}: "
                                  f"{meta.get('format')!r} version {meta.get('version')!r}")
             weights = arrays["weights"]
             labels = [str(x) for x in meta["labels"]]
@@ -531,6 +626,14 @@ class LogLinearLabeler:
             if not np.isfinite(weights).all():
                 raise ValueError("weights are not all finite")
             weights = weights.astype(np.float32) if weights.dtype == np.float16 else weights
-            return cls(labels, weights, templates, dict(meta.get("info", {})))
+            context = None
+            if meta.get("context") is not None:
+                first = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("context.")}
+                if not first:
+                    raise ValueError("a stacked labeller's state lacks its first stage's arrays (context.*)")
+                context = cls.from_state(meta["context"], first)
+                if context.labels != labels:
+                    raise ValueError("the first and second stages have different label sets")
+            return cls(labels, weights, templates, dict(meta.get("info", {})), context=context)
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"bad labeller state: {e!r}") from e

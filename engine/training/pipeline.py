@@ -56,7 +56,8 @@ class TrainOptions:
     second_dim: int = 1 << 21
     name: str | None = None  # model name in the manifest (None: the output directory's name)
     components: tuple[str, ...] = COMPONENTS  # the parser always; tokenizer, tagger, labeler optional
-    folds: int = 5  # jackknifing folds: the parser and labeler train on tags predicted by unseen-fold taggers
+    folds: int = 5  # jackknifing folds: the parser and labeler train on tags predicted by unseen-fold taggers,
+    # and the labeler's second stage on first-stage labels predicted the same way (stacking)
     objective: str = "cll"  # cll, or approximation-aware l2, ar, l2+ar (engine.training.erma)
     anneal: tuple[float, float] = (1.0, 0.1)  # annealed-risk temperature, start -> end
 
@@ -303,7 +304,8 @@ def train_model(
         from engine.decode.loglinear_labeler import LogLinearLabeler
 
         report("training labeler")
-        parts["labeler"] = LogLinearLabeler.train(train, dev=dev, seed=options.seed, progress=progress)
+        parts["labeler"] = LogLinearLabeler.train(train, dev=dev, seed=options.seed, progress=progress,
+                                                     folds=options.folds)
         model.labeler = parts["labeler"]
     dev_scores = None
     if dev:
