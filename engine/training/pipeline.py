@@ -27,6 +27,9 @@ COMPONENTS = ("tokenizer", "tagger", "parser", "labeler")
 TREES = ("nonprojective", "projective")
 ROOTS = ("single", "multi")
 OBJECTIVES = ("cll", "l2", "ar", "l2+ar")  # engine.training.erma.OBJECTIVES
+# Hashed rows per stage of the stacked labeller: two stages of 2^17 rows weigh what one stage of 2^18 did. On EWT
+# dev (gold trees, predicted tags) 2^17 gives 95.05% of labels right against 95.07 for 2^18.
+LABELER_BUCKETS = 1 << 17
 
 ProgressCallback = Callable[[float, str], None]
 PathLike = str | os.PathLike[str]
@@ -305,7 +308,7 @@ def train_model(
 
         report("training labeler")
         parts["labeler"] = LogLinearLabeler.train(train, dev=dev, seed=options.seed, progress=progress,
-                                                     folds=options.folds)
+                                                     folds=options.folds, buckets=LABELER_BUCKETS)
         model.labeler = parts["labeler"]
     dev_scores = None
     if dev:
