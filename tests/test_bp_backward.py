@@ -237,15 +237,15 @@ def test_bp_forward_reproduces_run_bp(projective: bool, schedule: str, damping: 
         for a, b in zip(got.incoming, want.incoming, strict=True):
             np.testing.assert_array_equal(a[0], b[0])
         # every visit of the schedule is on the tape, less the exact repeats both skip without damping
-        # (engine.inference.bp.Repeats): LINK after its first update (once per serial iteration, twice
-        # from the second on) and, from the second serial iteration on, the tree factor's opening visit
+        # (engine.inference.bp.Repeats): LINK, whose messages start at its update (twice per serial
+        # iteration), and from the second serial iteration on the tree factor's opening visit
         visits = 2 * len(families) - 1 if schedule == "serial" else len(families)
         if damping:
             expected = got.iterations * visits
         elif schedule == "serial":
-            expected = (visits - 1) + (got.iterations - 1) * (visits - 3)
+            expected = (visits - 2) + (got.iterations - 1) * (visits - 3)
         else:
-            expected = visits + (got.iterations - 1) * (visits - 1)
+            expected = got.iterations * (visits - 1)
         assert sum(len(s) for s in tape.stages) == expected
 
 

@@ -9,6 +9,11 @@ arrays and ``scatter`` sums slot arrays back onto arcs. BP needs nothing else fr
     beliefs    = sum over families of scatter(outgoing)     (eq. 5, in log-odds)
 
 ``log_potential`` scores a full assignment (a boolean arc matrix), for brute-force tests.
+
+BP's inner loop works on *packed* messages, one array per family (``pack`` / ``unpack``), with
+``gather_flat`` / ``propagate_flat`` / ``scatter_flat`` on a flat (n+1)^2 belief vector: the same
+arithmetic as the per-slot methods, which a family may override to take fewer numpy calls per update
+(at short sentence lengths numpy's per-call overhead, not the arithmetic, dominates an update).
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ class FactorFamily(ABC):
     """A vectorised family of factors over link variables of one sentence of ``n`` words."""
 
     name: str = "factor"
-    constant: bool = False  # True when propagate ignores its input (LINK): BP updates it once (bp.Repeats)
+    # True when propagate ignores its input and ``initial()`` already returns its output (LINK): BP does
+    # not update it at all, unless its messages start elsewhere or need the clip (bp.Repeats)
+    constant: bool = False
 
     def __init__(self, n: int, valid: np.ndarray) -> None:
         self.n = n
@@ -55,6 +62,33 @@ class FactorFamily(ABC):
         """Messages before the first update (uninformative: log-odds 0)."""
         return tuple(np.zeros_like(g) for g in self.gather(np.zeros((self.n + 1, self.n + 1))))
 
+    # -- packed messages, for BP's inner loop (engine.inference.bp.run_bp) -----------------------------
+    def initial_packed(self) -> np.ndarray:
+        """``pack(initial())``."""
+        return self.pack(self.initial())
+
+    def pack(self, messages: Messages) -> np.ndarray:
+        """The slot arrays as one array (here a flat vector, the slots concatenated in order)."""
+        return np.concatenate([m.reshape(-1) for m in messages])
+
+    def unpack(self, flat: np.ndarray) -> Messages:
+        """The slot arrays of a packed array (views into ``flat``); inverse of ``pack``."""
+        shapes = [g.shape for g in self.gather(np.zeros((self.n + 1, self.n + 1)))]
+        ends = np.cumsum([int(np.prod(s)) for s in shapes])
+        return tuple(part.reshape(s) for part, s in zip(np.split(flat, ends[:-1]), shapes, strict=True))
+
+    def gather_flat(self, beliefs: np.ndarray) -> np.ndarray:
+        """``pack(gather(.))`` of a flat (n+1)^2 per-arc vector."""
+        return self.pack(self.gather(beliefs.reshape(self.n + 1, self.n + 1)))
+
+    def propagate_flat(self, incoming: np.ndarray) -> np.ndarray:
+        """``propagate`` on packed messages."""
+        return self.pack(self.propagate(self.unpack(incoming)))
+
+    def scatter_flat(self, flat: np.ndarray) -> np.ndarray:
+        """``scatter`` of packed messages, as a flat (n+1)^2 vector."""
+        return self.scatter(self.unpack(flat)).reshape(-1)
+
     # -- adjoints, for reverse-mode differentiation through BP (engine.inference.bp_backward) ----------
     def vjp(self, incoming: Messages, grad_out: Messages) -> tuple[Messages, np.ndarray | None]:
         """Adjoint of ``propagate``: given ``grad_out`` = d objective / d outgoing messages, return
@@ -69,13 +103,39 @@ class FactorFamily(ABC):
 
 
 class ArcFamily(FactorFamily):
-    """A family with one message per arc (LINK, TREE, PTREE, EXACTLY1, ATMOST1, CHILDSEQ)."""
+    """A family with one message per arc (LINK, TREE, PTREE, EXACTLY1, ATMOST1, CHILDSEQ).
+
+    ``propagate`` and ``initial`` return 0 on the arcs that are not variables (``valid`` False), and
+    ``pack`` masks other starting messages the same way, so packed messages are 0 there and
+    ``scatter_flat`` is the identity.
+    """
 
     def gather(self, arc: np.ndarray) -> Messages:
         return (arc,)
 
     def scatter(self, messages: Messages) -> np.ndarray:
         return np.where(self.valid, messages[0], 0.0)
+
+    def initial(self) -> Messages:
+        return (np.zeros((self.n + 1, self.n + 1)),)
+
+    def initial_packed(self) -> np.ndarray:
+        return self.initial()[0].reshape(-1)  # 0 off valid already, as every ArcFamily's initial() is
+
+    def pack(self, messages: Messages) -> np.ndarray:
+        return np.where(self.valid, messages[0], 0.0).reshape(-1)
+
+    def unpack(self, flat: np.ndarray) -> Messages:
+        return (flat.reshape(self.n + 1, self.n + 1),)
+
+    def gather_flat(self, beliefs: np.ndarray) -> np.ndarray:
+        return beliefs
+
+    def propagate_flat(self, incoming: np.ndarray) -> np.ndarray:
+        return self.propagate(self.unpack(incoming))[0].reshape(-1)
+
+    def scatter_flat(self, flat: np.ndarray) -> np.ndarray:
+        return flat
 
 
 def all_arcs(n: int) -> np.ndarray:

@@ -29,6 +29,9 @@ class Link(ArcFamily):
     def initial(self) -> Messages:
         return (self.theta,)  # a unary factor's message never changes: send it from the start
 
+    def message_bound(self) -> float:
+        return float(np.abs(self.theta).max(initial=0.0))
+
     def vjp(self, incoming: Messages, grad_out: Messages) -> tuple[Messages, np.ndarray | None]:
         """The message is ``theta`` whatever comes in: the adjoint goes to ``theta`` only."""
         return (np.zeros_like(incoming[0]),), np.where(self.valid, grad_out[0], 0.0)

@@ -46,12 +46,35 @@ class PairFamily(FactorFamily):
     def __init__(self, n: int, valid: np.ndarray, arcs: np.ndarray, theta: np.ndarray, name: str) -> None:
         super().__init__(n, valid)
         self.name = name
-        self.ah, self.am, self.bh, self.bm = arcs  # each (F,)
         self.theta = np.asarray(theta, dtype=np.float64)
-        size = (n + 1) ** 2
-        self._a = self.ah * (n + 1) + self.am
-        self._b = self.bh * (n + 1) + self.bm
-        self._size = size
+        self._size = (n + 1) ** 2
+        ah, am, bh, bm = arcs  # each (F,)
+        self._index(ah * (n + 1) + am, bh * (n + 1) + bm)
+
+    def _index(self, a: np.ndarray, b: np.ndarray) -> None:
+        """Flat arc indices of both slots concatenated, ``_ab``, and of each slot (views): packed messages
+        are the rows ``[to_a, to_b]`` of one (2, F) array (``pack``), so one gather, one kernel call and one
+        scatter serve both slots."""
+        self._ab = np.concatenate([a, b])
+        self._a, self._b = self._ab[: len(a)], self._ab[len(a):]
+        self._rows = self._ab.reshape(2, -1)  # packed layout: row 0 slot a, row 1 slot b
+
+    @property
+    def ah(self) -> np.ndarray:
+        """Head of each factor's first arc (so ``am``, ``bh``, ``bm``: its dependent, the second arc's)."""
+        return self._a // (self.n + 1)
+
+    @property
+    def am(self) -> np.ndarray:
+        return self._a % (self.n + 1)
+
+    @property
+    def bh(self) -> np.ndarray:
+        return self._b // (self.n + 1)
+
+    @property
+    def bm(self) -> np.ndarray:
+        return self._b % (self.n + 1)
 
     @property
     def size(self) -> int:
@@ -64,9 +87,9 @@ class PairFamily(FactorFamily):
         sub = object.__new__(PairFamily)
         FactorFamily.__init__(sub, self.n, self.valid)
         sub.name = self.name
-        sub.ah, sub.am, sub.bh, sub.bm = self.ah[index], self.am[index], self.bh[index], self.bm[index]
         sub.theta = self.theta[index]
-        sub._a, sub._b, sub._size = self._a[index], self._b[index], self._size
+        sub._size = self._size
+        sub._index(self._a[index], self._b[index])
         return sub
 
     def message_bound(self) -> float:
@@ -79,15 +102,35 @@ class PairFamily(FactorFamily):
         return flat[self._a], flat[self._b]
 
     def scatter(self, messages: Messages) -> np.ndarray:
-        out = np.bincount(self._a, weights=messages[0], minlength=self._size)
-        out += np.bincount(self._b, weights=messages[1], minlength=self._size)
-        return out.reshape(self.n + 1, self.n + 1)
+        return self.scatter_flat(self.pack(messages)).reshape(self.n + 1, self.n + 1)
 
     def propagate(self, incoming: Messages) -> Messages:
-        ra, rb = incoming
-        to_a = softplus(rb + self.theta) - softplus(rb)
-        to_b = softplus(ra + self.theta) - softplus(ra)
-        return to_a, to_b
+        return self.unpack(self.propagate_flat(self.pack(incoming)))
+
+    def initial(self) -> Messages:
+        return self.unpack(self.initial_packed())
+
+    def initial_packed(self) -> np.ndarray:
+        return np.zeros((2, self.size))
+
+    def pack(self, messages: Messages) -> np.ndarray:
+        return np.stack(messages)
+
+    def unpack(self, flat: np.ndarray) -> Messages:
+        return flat[0], flat[1]
+
+    def gather_flat(self, beliefs: np.ndarray) -> np.ndarray:
+        return beliefs.take(self._rows)
+
+    def scatter_flat(self, flat: np.ndarray) -> np.ndarray:
+        return np.bincount(self._ab, weights=flat.reshape(-1), minlength=self._size)
+
+    def propagate_flat(self, incoming: np.ndarray) -> np.ndarray:
+        """Packed rows ``[r_a, r_b]`` -> ``[to_a, to_b]``: the message to each link is the kernel of the
+        other link's incoming log-odds, ``to_a = softplus(r_b + theta) - softplus(r_b)``, so the kernel runs
+        once over both rows and the rows swap (copied: later array operations on a contiguous array are
+        faster than on the reversed view by more than the copy costs)."""
+        return (softplus(incoming + self.theta) - softplus(incoming))[::-1].copy()
 
     def vjp(self, incoming: Messages, grad_out: Messages) -> tuple[Messages, np.ndarray | None]:
         """Adjoint of ``propagate``: ``d to_a / d r_b = sigma(r_b + theta) - sigma(r_b)`` and

@@ -8,9 +8,10 @@ is the factor's belief ``b(L[h, m] = true)``, and the outgoing message divides o
 
     out[h, m] = logit(mu[h, m]) - r[h, m]          (log-odds; r = incoming log-odds)
 
-``1 - mu[h, m]`` is computed as the sum of the other heads' marginals of word m (every tree gives m
-exactly one head), by prefix and suffix sums, so no precision is lost when ``mu`` is close to 1.
-O(n^3) per propagation: Matrix-Tree for TREE, Eisner inside-outside for PTREE.
+``1 - mu[h, m]`` keeps full relative precision when ``mu`` is close to 1 (``_complement``): every tree
+gives m exactly one head, so a column of marginals sums to 1, at most its largest entry exceeds 1/2,
+and that entry's complement is the sum of the column's other entries. O(n^3) per propagation:
+Matrix-Tree for TREE (marginals only: BP needs no log Z), Eisner inside-outside for PTREE.
 """
 
 from __future__ import annotations
@@ -19,10 +20,24 @@ import numpy as np
 
 from engine.graph.family import ArcFamily, Messages
 from engine.inference.eisner import eisner_marginals
-from engine.inference.matrix_tree import matrix_tree_marginals
+from engine.inference.matrix_tree import matrix_tree_marginals, matrix_tree_word_marginals
 from engine.inference.tree_hessian import eisner_hvp, matrix_tree_hvp
 
 _TINY = 1e-300
+
+
+def _complement(mu: np.ndarray) -> np.ndarray:
+    """``1 - mu[h, m]`` for marginals whose columns sum to 1, to full relative precision: the sum of the
+    column's other entries for its largest entry (the only one that can exceed 1/2), ``1 - mu`` (at
+    least about 1/2, so exact to rounding) for the rest. Equal to ``_exclusive_sum(mu)`` up to rounding
+    in fewer array operations."""
+    columns = mu.shape[1]
+    top = mu.argmax(axis=0) * columns + np.arange(columns)  # flat index of each column's largest entry
+    others = mu.copy()
+    others.put(top, 0.0)
+    rest = 1.0 - mu
+    rest.put(top, np.add.reduce(others, axis=0))
+    return rest
 
 
 def _exclusive_sum(x: np.ndarray) -> np.ndarray:
@@ -41,6 +56,8 @@ class Tree(ArcFamily):
         self.projective = projective
         self.single_root = single_root
         self.name = "ptree" if projective else "tree"
+        self._words = valid[:, 1:].copy()  # valid arcs into words 1..n, [h, m - 1], without self loops
+        self._words.reshape(-1)[n::n + 1] = False
 
     def marginals(self, incoming: Messages) -> tuple[float, np.ndarray]:
         """``(log Z, mu)`` of the tree distribution with edge weights exp(incoming log-odds)."""
@@ -50,10 +67,16 @@ class Tree(ArcFamily):
         log_z, mu = matrix_tree_marginals(scores, single_root=self.single_root)
         return float(log_z), mu
 
+    def arc_marginals(self, incoming: Messages) -> np.ndarray:
+        """``mu`` of ``marginals`` without log Z."""
+        if self.projective:
+            return self.marginals(incoming)[1]
+        words = np.where(self._words, incoming[0][:, 1:], -np.inf)
+        return matrix_tree_word_marginals(words, single_root=self.single_root)
+
     def propagate(self, incoming: Messages) -> Messages:
-        _, mu = self.marginals(incoming)
-        rest = _exclusive_sum(mu)
-        logit = np.log(np.maximum(mu, _TINY)) - np.log(np.maximum(rest, _TINY))
+        mu = self.arc_marginals(incoming)
+        logit = np.log(np.maximum(mu, _TINY) / np.maximum(_complement(mu), _TINY))
         return (np.where(self.valid, logit - incoming[0], 0.0),)
 
     def vjp(self, incoming: Messages, grad_out: Messages) -> tuple[Messages, np.ndarray | None]:
@@ -66,7 +89,7 @@ class Tree(ArcFamily):
         O(n^3) Hessian-vector product (``engine.inference.tree_hessian``). Where the forward pass
         clamped ``mu`` or ``rest`` at 1e-300 the adjoint through that term is 0."""
         g = np.where(self.valid, grad_out[0], 0.0)
-        _, mu = self.marginals(incoming)
+        mu = self.arc_marginals(incoming)
         rest = _exclusive_sum(mu)
         g_mu = (np.where(mu > _TINY, g / np.maximum(mu, _TINY), 0.0)
                 - _exclusive_sum(np.where(rest > _TINY, g / np.maximum(rest, _TINY), 0.0)))

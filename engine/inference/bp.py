@@ -11,12 +11,12 @@ Schedules (one frozen ``BPConfig``):
   factor, then the others, then back in reverse (Gormley et al. 2015 fn. 4) - each reading the
   beliefs left by the previous update.
 
-An update that would repeat a family's previous update exactly is skipped (``Repeats``): LINK after
-its first update, and in the serial schedule the tree factor's visit that opens an iteration (it
-reads what the visit closing the previous iteration read). Optional damping mixes new and old
-messages in log-odds space (no update is skipped then). Iteration stops after ``max_iterations``
-or when the largest message change falls below ``tolerance``. With ``keep_tape`` every
-iteration's messages are kept for reverse-mode differentiation.
+An update that would repeat a family's previous update exactly is skipped (``Repeats``): LINK (its
+messages start at its update), and in the serial schedule the tree factor's visit that opens an
+iteration (it reads what the visit closing the previous iteration read). Optional damping mixes new
+and old messages in log-odds space (no update is skipped then). Iteration stops after
+``max_iterations`` or when the largest message change falls below ``tolerance``. With ``keep_tape``
+every iteration's messages are kept for reverse-mode differentiation.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.special import expit
 
 from engine.graph.family import ArcFamily, FactorFamily, Messages
 
@@ -88,7 +89,8 @@ class Repeats:
     numbers), and only without damping (damping mixes the old messages in, so nothing is a fixed point):
 
     - a ``constant`` family (LINK: its message is theta whatever it receives) never changes after its
-      first update;
+      first update, and needs none when it starts from ``initial()`` (which is that update) and its
+      messages are within the clip;
     - a family with one message per arc (``ArcFamily``: TREE, PTREE, ...) leaves its own incoming
       messages unchanged when it updates (b and m change by the same amount on every arc), so its
       next update repeats this one unless another family's messages have changed in between. In the
@@ -99,95 +101,113 @@ class Repeats:
     through the clip). ``settled`` holds the families whose next update would be a repeat.
     """
 
-    def __init__(self, families: Sequence[FactorFamily], config: BPConfig, settled: Iterable[int] = ()) -> None:
+    def __init__(self, families: Sequence[FactorFamily], config: BPConfig, settled: Iterable[int] = (),
+                 fresh: Iterable[int] = ()) -> None:
+        """``settled``: as in ``run_bp``; ``fresh``: the families whose messages start at ``initial()`` and
+        need no clip."""
         self.enabled = config.damping == 0.0
-        self.constant = [f.constant for f in families]
+        self.constant = {i for i, f in enumerate(families) if f.constant}
         self.per_arc = [isinstance(f, ArcFamily) for f in families]
-        self.settled = set(settled) if self.enabled else set()
+        self.settled = set(settled).union(self.constant.intersection(fresh)) if self.enabled else set()
 
     def pending(self, stage: Sequence[int]) -> list[int]:
         """The families of ``stage`` whose update is not a repeat."""
         return [i for i in stage if i not in self.settled]
 
     def record(self, updated: Sequence[int], residuals: Sequence[float]) -> None:
-        """After the families ``updated`` updated from the same beliefs, with these message changes."""
+        """After the families ``updated`` updated from the same beliefs, with these message changes (only
+        a constant family's is read)."""
         if not self.enabled:
             return
-        changed = [i for i, r in zip(updated, residuals, strict=True) if not self.constant[i] or r > 0.0]
+        if len(updated) == 1 and updated[0] not in self.constant:  # the serial schedule's usual case
+            self.settled = self.settled & self.constant
+            if self.per_arc[updated[0]]:
+                self.settled.add(updated[0])
+            return
+        changed = [i for i, r in zip(updated, residuals, strict=True) if i not in self.constant or r > 0.0]
         if not changed:
             self.settled.update(updated)
             return
-        keep = {i for i in self.settled.union(updated) if self.constant[i]}
+        self.settled = self.settled.union(updated) & self.constant
         if len(changed) == 1 and self.per_arc[changed[0]]:
-            keep.add(changed[0])
-        self.settled = keep
+            self.settled.add(changed[0])
 
 
-def _update(family: FactorFamily, beliefs: np.ndarray, old: Messages, config: BPConfig,
-            clip: bool = True) -> tuple[Messages, Messages]:
-    incoming = tuple(g - o for g, o in zip(family.gather(beliefs), old, strict=True))
-    new = family.propagate(incoming)
-    if clip:
-        new = tuple(np.clip(m, -config.clip, config.clip) for m in new)
+def _visit(family: FactorFamily, beliefs: np.ndarray, old: np.ndarray, config: BPConfig,
+           clip: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One update of a family on packed messages (``FactorFamily.pack``): (incoming ``gather(b) - m``,
+    raw outgoing ``propagate(incoming)``, new messages after the clip and damping)."""
+    incoming = family.gather_flat(beliefs) - old
+    raw = family.propagate_flat(incoming)
+    new = np.minimum(np.maximum(raw, -config.clip), config.clip) if clip else raw  # np.clip, in fewer calls
     if config.damping:
-        new = tuple(config.damping * o + (1.0 - config.damping) * m for o, m in zip(old, new, strict=True))
-    return incoming, new
+        new = config.damping * old + (1.0 - config.damping) * new
+    return incoming, raw, new
 
 
-def _change(new: Messages, old: Messages) -> float:
-    return max((float(np.abs(n - o).max(initial=0.0)) for n, o in zip(new, old, strict=True)), default=0.0)
+def _change(delta: np.ndarray) -> float:
+    """The largest absolute message change in ``delta`` (0 if empty)."""
+    return float(np.maximum.reduce(np.abs(delta), initial=0.0))
+
+
+def _beliefs(families: Sequence[FactorFamily], packed: Sequence[np.ndarray], size: int) -> np.ndarray:
+    """Log-odds beliefs as a flat vector of ``size`` arcs: the sum of every family's scattered messages."""
+    total = np.zeros(size)
+    for f, m in zip(families, packed, strict=True):
+        total += f.scatter_flat(m)
+    return total
 
 
 def run_bp(families: Sequence[FactorFamily], valid: np.ndarray, config: BPConfig = BPConfig(), *,
-           initial: Sequence[Messages | None] | None = None, settled: Iterable[int] = ()) -> BPResult:
+           initial: Sequence[Messages | None] | None = None, settled: Iterable[int] = (),
+           visits: list[list[tuple[int, np.ndarray, np.ndarray]]] | None = None) -> BPResult:
     """Run BP on one sentence's factor graph; ``families[0]`` should be the tree factor when present.
 
     ``initial`` gives some families' starting messages (None: ``family.initial()``), to continue an
     earlier run; ``settled`` names families whose starting messages are already what their update
     would send on the starting beliefs (an earlier result's ``settled``), so their first visit is
-    skipped. Cost per iteration: one update per family and visit, less the repeats (``Repeats``)."""
+    skipped. ``visits``, when given, receives every stage's updates as ``(family, incoming, raw
+    outgoing)`` packed arrays, for reverse-mode differentiation (``engine.inference.bp_backward``).
+
+    Messages are kept packed (one array per family) and the flat beliefs are updated in place
+    after each stage by the scattered *change* of its families' messages, one scatter per update. Cost
+    per iteration: one update per family and visit, less the repeats (``Repeats``)."""
     starts = initial if initial is not None else [None] * len(families)
-    messages: list[Messages] = [f.initial() if m is None else m for f, m in zip(families, starts, strict=True)]
-    scattered = [f.scatter(m) for f, m in zip(families, messages, strict=True)]  # each family's share of b
+    packed = [f.initial_packed() if m is None else f.pack(m) for f, m in zip(families, starts, strict=True)]
+    b = _beliefs(families, packed, valid.size)
     tape: list[list[Messages]] = []
-    repeats = Repeats(families, config, settled)
     clips = [not f.message_bound() + 1.0 < config.clip for f in families]  # False: the clip would be a no-op
-
-    def beliefs_of() -> np.ndarray:
-        total = np.zeros(valid.shape)
-        for s in scattered:
-            total += s
-        return total
-
+    fresh = [i for i, (m, c) in enumerate(zip(starts, clips, strict=True)) if m is None and not c]
+    repeats = Repeats(families, config, settled, fresh)
     residual, iterations, converged = np.inf, 0, False
-    serial = config.schedule == "serial"
     plan = stages(len(families), config.schedule)
     for iterations in range(1, config.max_iterations + 1):  # noqa: B007
-        residual = 0.0
-        b = beliefs_of()
+        deltas: list[np.ndarray] = []  # every message change of this iteration
         for stage in plan:
             pending = repeats.pending(stage)
             if not pending:
                 continue
-            updates = [_update(families[i], b, messages[i], config, clips[i])[1] for i in pending]
-            changes = [_change(new, messages[i]) for i, new in zip(pending, updates, strict=True)]
-            for i, new in zip(pending, updates, strict=True):
-                share = families[i].scatter(new)
-                if serial:  # the next visit reads the beliefs after this one (b is this loop's own array)
-                    b += share
-                    b -= scattered[i]
-                messages[i], scattered[i] = new, share
-            residual = max(residual, *changes)
+            done = [_visit(families[i], b, packed[i], config, clips[i]) for i in pending]  # all read b
+            changes = []
+            for i, (_, _, new) in zip(pending, done, strict=True):
+                delta = new - packed[i]
+                deltas.append(delta)
+                changes.append(_change(delta) if i in repeats.constant else np.inf)  # only a constant one's counts
+                b += families[i].scatter_flat(delta)
+                packed[i] = new
             repeats.record(pending, changes)
+            if visits is not None:
+                visits.append([(i, incoming, raw) for i, (incoming, raw, _) in zip(pending, done, strict=True)])
+        residual = _change(np.concatenate(deltas, axis=None)) if deltas else 0.0  # one reduction per iteration
         if config.keep_tape:
-            tape.append(list(messages))
+            tape.append([f.unpack(m) for f, m in zip(families, packed, strict=True)])
         if residual < config.tolerance:
             converged = True
             break
-    total = beliefs_of()
-    incoming = [tuple(g - o for g, o in zip(f.gather(total), m, strict=True))
-                for f, m in zip(families, messages, strict=True)]
-    log_odds = np.where(valid, total, -np.inf)
-    beliefs = np.where(valid, 1.0 / (1.0 + np.exp(-np.clip(log_odds, -700, 700))), 0.0)
+    total = _beliefs(families, packed, valid.size)  # afresh: b carries the rounding of every update
+    messages = [f.unpack(m) for f, m in zip(families, packed, strict=True)]
+    incoming = [f.unpack(f.gather_flat(total) - m) for f, m in zip(families, packed, strict=True)]
+    log_odds = np.where(valid, total.reshape(valid.shape), -np.inf)
+    beliefs = expit(log_odds)  # 0 where no variable (log-odds -inf)
     return BPResult(beliefs, log_odds, messages, incoming, iterations, converged, residual, tape,
                     frozenset(repeats.settled))

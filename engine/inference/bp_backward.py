@@ -1,19 +1,19 @@
 """Reverse-mode differentiation through T iterations of loopy BP (Gormley, Dredze & Eisner 2015 §3.3).
 
 BP, unrolled for a fixed number of iterations, is a feed-forward circuit (§3.1, Fig. 2 B-D) from the
-factors' parameters to the beliefs. ``bp_forward`` runs exactly the computation of
-``engine.inference.bp.run_bp`` (same schedule, damping, clipping and stopping rule, the same numbers)
-and keeps a tape of every message update: which family, its incoming messages, and where the clip was
-inactive. ``bp_backward`` walks the tape backwards and returns, for every family, the gradient of an
-objective with respect to its parameters ``theta`` (the LINK log-potentials, each pairwise factor's
-log-potential), given the objective's gradient with respect to the final beliefs.
+factors' parameters to the beliefs. ``bp_forward`` runs ``engine.inference.bp.run_bp`` itself (same
+schedule, damping, clipping and stopping rule, the same numbers bit for bit) and keeps a tape of every
+message update: which family, its incoming messages, and where the clip was inactive. ``bp_backward``
+walks the tape backwards and returns, for every family, the gradient of an objective with respect to
+its parameters ``theta`` (the LINK log-potentials, each pairwise factor's log-potential), given the
+objective's gradient with respect to the final beliefs.
 
 One iteration is a list of *stages*; the families updated in one stage all read the same beliefs.
 Flooding has one stage of every family; the serial schedule (§2 fn. 4) has one stage per visit, in
 the order tree factor, the others, then back. Updates that ``run_bp`` skips as exact repeats
-(``engine.inference.bp.Repeats``: LINK after its first update, the tree factor's visit that opens a
-serial iteration) are skipped here too and are not on the tape. For a stage, with ``b = sum_f scatter_f(m_f)`` the
-log-odds beliefs and ``d`` the damping,
+(``engine.inference.bp.Repeats``: LINK, whose messages start at its update, and the tree factor's
+visit that opens a serial iteration) are not on the tape. For a stage, with ``b = sum_f
+scatter_f(m_f)`` the log-odds beliefs and ``d`` the damping,
 
     r_f = gather_f(b) - m_f                                  (variable-to-factor, eq. 4)
     m_f' = d m_f + (1 - d) clip(propagate_f(r_f))            (factor-to-variable, eq. 5)
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.graph.family import FactorFamily, Messages
-from engine.inference.bp import BPConfig, BPResult, Repeats, stages
+from engine.inference.bp import BPConfig, BPResult, run_bp
 
 _SIGMOID_CLIP = 700.0  # run_bp clips the belief log-odds here before the sigmoid
 
@@ -61,51 +61,16 @@ class BPTape:
 
 def bp_forward(families: Sequence[FactorFamily], valid: np.ndarray,
                config: BPConfig | None = None) -> tuple[BPResult, BPTape]:
-    """``run_bp`` with a tape of every message update (same result, bit for bit)."""
+    """``run_bp`` with a tape of every message update: ``run_bp`` itself, asked for its updates (``visits``),
+    so the result is the same bit for bit by construction."""
     config = config or BPConfig()
-    messages: list[Messages] = [f.initial() for f in families]
-    tape = BPTape()
-    repeats = Repeats(families, config)  # the updates run_bp skips as exact repeats, skipped here too
-    residual, iterations, converged = np.inf, 0, False
-    for iterations in range(1, config.max_iterations + 1):  # noqa: B007
-        residual = 0.0
-        b = np.zeros(valid.shape)
-        for f, m in zip(families, messages, strict=True):
-            b += f.scatter(m)
-        for stage in stages(len(families), config.schedule):
-            visits, updates, changes = [], [], []
-            for i in repeats.pending(stage):
-                f, old = families[i], messages[i]
-                incoming = tuple(g - o for g, o in zip(f.gather(b), old, strict=True))
-                raw = f.propagate(incoming)
-                new = tuple(np.clip(m, -config.clip, config.clip) for m in raw)
-                if config.damping:
-                    new = tuple(config.damping * o + (1.0 - config.damping) * m for o, m in zip(old, new, strict=True))
-                visits.append(Visit(i, incoming, tuple(np.abs(m) < config.clip for m in raw)))
-                updates.append((i, new))
-            for i, new in updates:
-                f, old = families[i], messages[i]
-                if len(stage) == 1:  # serial: the next stage reads the beliefs after this update
-                    b = b + f.scatter(new) - f.scatter(old)
-                changes.append(max((float(np.abs(n - o).max(initial=0.0))
-                                    for n, o in zip(new, old, strict=True)), default=0.0))
-                residual = max(residual, changes[-1])
-                messages[i] = new
-            repeats.record([v.family for v in visits], changes)
-            if visits:
-                tape.stages.append(visits)
-        if residual < config.tolerance:
-            converged = True
-            break
-    total = np.zeros(valid.shape)
-    for f, m in zip(families, messages, strict=True):
-        total += f.scatter(m)
-    tape.total = total
-    incoming = [tuple(g - o for g, o in zip(f.gather(total), m, strict=True))
-                for f, m in zip(families, messages, strict=True)]
-    log_odds = np.where(valid, total, -np.inf)
-    beliefs = np.where(valid, 1.0 / (1.0 + np.exp(-np.clip(log_odds, -_SIGMOID_CLIP, _SIGMOID_CLIP))), 0.0)
-    return BPResult(beliefs, log_odds, messages, incoming, iterations, converged, residual), tape
+    log: list[list[tuple[int, np.ndarray, np.ndarray]]] = []
+    result = run_bp(families, valid, config, visits=log)
+    tape = BPTape(total=np.where(valid, result.log_odds, 0.0))
+    for stage in log:
+        tape.stages.append([Visit(i, families[i].unpack(incoming), families[i].unpack(np.abs(raw) < config.clip))
+                            for i, incoming, raw in stage])
+    return result, tape
 
 
 def _add(into: np.ndarray | None, value: np.ndarray | None) -> np.ndarray | None:

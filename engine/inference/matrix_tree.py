@@ -16,9 +16,10 @@ times the sum of ``G`` over the cells of ``K`` that ``A[h, m]`` enters.
 
 Numerics: every tree picks exactly one head per word, so subtracting each column's maximum score
 from the column changes ``log Z`` by a constant and leaves the marginals unchanged (this scales each
-column of ``K``). Every entry of ``A`` is then in ``[0, 1]`` and the determinant is taken with
-``slogdet``. When the LU determinant cannot be trusted (a cycle of dominant arcs left only through
-far weaker arcs makes ``K`` numerically singular), the sentence is recomputed by subtraction-free
+column of ``K``). Every entry of ``A`` is then in ``[0, 1]`` and the determinant is taken from an LU
+factorisation (``slogdet`` for a batch; for one sentence LAPACK ``dgetrf``, whose factors also give the
+inverse). When the LU determinant cannot be trusted (a cycle of dominant arcs left only through far
+weaker arcs makes ``K`` numerically singular), the sentence is recomputed by subtraction-free
 log-space elimination (``tree_elimination``), so scores of any magnitude give exact, finite results.
 All functions accept a batch of sentences of one length, shape ``(B, n + 1, n + 1)``, as well as a
 single ``(n + 1, n + 1)`` matrix.
@@ -28,10 +29,11 @@ Cost: O(n^3) per sentence (one LU factorisation and one inverse).
 from __future__ import annotations
 
 import numpy as np
+from scipy.linalg import lapack
 
 from engine.inference.tree_elimination import eliminate_log_partition, eliminate_marginals
 
-__all__ = ["matrix_tree_log_partition", "matrix_tree_marginals"]
+__all__ = ["matrix_tree_log_partition", "matrix_tree_marginals", "matrix_tree_word_marginals"]
 
 
 def _check(scores: np.ndarray) -> np.ndarray:
@@ -120,49 +122,80 @@ def _solve(
 
 
 _MIN_RCOND = 1e-6
+_TINY = np.finfo(float).tiny
 
 
-def _solve_one(scores: np.ndarray, single_root: bool) -> tuple[float, np.ndarray] | None:
-    """``(log Z, marginals)`` of one sentence (n+1, n+1) by the LU path of ``_solve`` and
-    ``arc_derivative``: the same arithmetic without the batch axis and with about half the array
-    operations (at sentence lengths numpy's per-call overhead, not the O(n^3) algebra, dominates; loopy
-    BP calls this once or twice per iteration through the tree factor). None where the LU path cannot
-    be trusted (same tests as ``_solve``)."""
+def _lu_one(k: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(G, u)`` for one Kirchhoff matrix K (n, n), overwritten: ``G = (K^-1)^T = d log det K / d K``
+    and ``u`` the diagonal of U, so ``log det K = sum(log |u|)``. One LAPACK LU of K^T (``dgetrf``: K^T is
+    K's memory read in Fortran order, factored in place) serves both the determinant's sign and the
+    inverse (``dgetri`` inverts K^T, which is G): ``np.linalg.slogdet`` and ``inv`` would factor K twice.
+    None where the LU path cannot be trusted, by the tests of ``_solve``: a singular K or det K <= 0, or a
+    reciprocal condition number ``1 / (||K||_1 ||K^-1||_1)`` at most ``_MIN_RCOND`` (the norms by LAPACK
+    ``dlange``: ||K||_1 is K^T's largest absolute row sum, ||K^-1||_1 is G's)."""
+    norm = lapack.dlange("I", k.T)  # before the LU overwrites K
+    lu, piv, info = lapack.dgetrf(k.T, overwrite_a=True)
+    if info != 0:  # an exactly zero pivot: singular
+        return None
+    u = lu.diagonal().copy()
+    # det K = prod(u) (-1)^(row swaps); the product keeps its sign through underflow and overflow
+    if np.signbit(np.multiply.reduce(u)) != bool(np.count_nonzero(piv != np.arange(len(piv))) % 2):
+        return None
+    g, info = lapack.dgetri(lu, piv, overwrite_lu=True)
+    rcond = 1.0 / (norm * lapack.dlange("I", g))
+    if info != 0 or not rcond > _MIN_RCOND:  # also catches NaN
+        return None
+    return g, u
+
+
+def _word_scores(scores: np.ndarray) -> np.ndarray:
+    """The word columns of a score matrix (n+1, n+1): ``s[h, m - 1] = scores[h, m]`` (n+1, n), with -inf on
+    the self loops ``s[m, m - 1]``."""
     n = scores.shape[-1] - 1
-    s = scores[:, 1:].copy()  # heads 0..n x words 1..n
-    s.reshape(-1)[n::n + 1] = -np.inf  # no self loops: s[m, m - 1]
-    shift = s.max(axis=0)
-    if not np.isfinite(shift).all():
+    s = scores[:, 1:].copy()
+    s.reshape(-1)[n::n + 1] = -np.inf
+    return s
+
+
+def _solve_one(s: np.ndarray, single_root: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(marginals (n+1, n+1), column shifts, u)`` of one sentence from its word columns ``s`` (n+1, n;
+    ``_word_scores``), with ``log Z = sum(shifts) + sum(log |u|)``, by the LU path of ``_solve`` and
+    ``arc_derivative``: the same formulas, equal up to rounding, without the batch axis, with one LU
+    factorisation (``_lu_one``) and about half the array operations (at sentence lengths numpy's
+    per-call overhead, not the O(n^3) algebra, dominates; loopy BP calls this once per iteration through
+    the tree factor, which needs no log Z). None where the LU path cannot be trusted."""
+    n = s.shape[-1]
+    shift = np.maximum.reduce(s, axis=0)
+    if not np.minimum.reduce(shift) > -np.inf:  # also NaN
         raise ValueError("some word has no allowed head (a whole column of scores is -inf)")
     a = np.exp(s - shift)
     root, arcs = a[0], a[1:]  # (n,), (n, n) [h - 1, m - 1]
     k = -arcs
-    k.reshape(-1)[:: n + 1] = arcs.sum(axis=0) if single_root else arcs.sum(axis=0) + root
+    heads = np.add.reduce(arcs, axis=0)  # each word's total word-head weight
+    k.reshape(-1)[:: n + 1] = heads if single_root else heads + root
     if single_root:
         k[0] = root
-    sign, logdet = np.linalg.slogdet(k)
-    if not (sign > 0 and np.isfinite(logdet)):
+    lu = _lu_one(k)
+    if lu is None:
         return None
-    inv = np.linalg.inv(k)
-    rcond = 1.0 / (np.abs(k).sum(axis=0).max() * np.abs(inv).sum(axis=0).max())
-    if not rcond > _MIN_RCOND:  # also catches NaN
-        return None
-    g = inv.T  # d log det K / d K
-    g_diag = np.diagonal(g)
-    d_words = g_diag - g  # [h - 1, m - 1]: A[h, m] enters K[m, m] (+) and K[h, m] (-)
+    g, u = lu  # g = d log det K / d K
+    d = np.empty((n + 1, n))  # d log Z / d A over heads 0..n x words 1..n: the marginals are A * d
+    d_words = d[1:]  # [h - 1, m - 1]: A[h, m] enters K[m, m] (+) and K[h, m] (-)
+    g_diag = g.diagonal()
+    np.subtract(g_diag, g, out=d_words)
     if single_root:
         d_words[:, 0] = -g[:, 0]
         d_words[0] = g_diag
         d_words[0, 0] = 0.0
-        d_root = g[0]
+        d[0] = g[0]
     else:
-        d_root = g_diag
+        d[0] = g_diag
+    words = np.multiply(a, d, out=d)
+    np.maximum(words, 0.0, out=words)  # then no entry exceeds its column's sum: no clip at 1 is needed
+    words /= np.maximum(np.add.reduce(words, axis=0), _TINY)
     marg = np.zeros((n + 1, n + 1))
-    marg[1:, 1:] = arcs * d_words
-    marg[0, 1:] = root * d_root
-    np.clip(marg, 0.0, 1.0, out=marg)
-    marg /= np.maximum(marg.sum(axis=0), np.finfo(float).tiny)
-    return float(shift.sum() + logdet), marg
+    marg[:, 1:] = words
+    return marg, shift, u
 
 
 def matrix_tree_log_partition(scores: np.ndarray, *, single_root: bool) -> np.ndarray | float:
@@ -198,14 +231,35 @@ def matrix_tree_marginals(scores: np.ndarray, *, single_root: bool) -> tuple[np.
     """
     scores = _check(scores)
     if scores.ndim == 2:
-        one = _solve_one(scores, single_root)
+        one = _solve_one(_word_scores(scores), single_root)
         if one is not None:
-            return one
+            marg, shift, u = one
+            return float(shift.sum() + np.log(np.abs(u)).sum()), marg
+    return _batch_marginals(scores, single_root)
+
+
+def matrix_tree_word_marginals(words: np.ndarray, *, single_root: bool) -> np.ndarray:
+    """The marginals (n+1, n+1) of ``matrix_tree_marginals`` for one sentence, without log Z, from the
+    word columns of its scores, ``words[h, m - 1] = scores[h, m]`` (n+1, n), with -inf on every forbidden
+    arc including the self loops; not checked further. This is what BP's tree factor needs
+    (``engine.graph.tree``), in fewer array operations. The same fallback to ``tree_elimination`` where
+    the LU path cannot be trusted."""
+    one = _solve_one(words, single_root)
+    if one is not None:
+        return one[0]
+    scores = np.full((words.shape[0], words.shape[0]), -np.inf)
+    scores[:, 1:] = words
+    return _batch_marginals(_check(scores), single_root)[1]
+
+
+def _batch_marginals(scores: np.ndarray, single_root: bool) -> tuple[np.ndarray | float, np.ndarray]:
+    """``matrix_tree_marginals`` by the batched LU path, and by elimination where that path cannot be
+    trusted; one sentence (n+1, n+1) gives ``(float, (n+1, n+1))``."""
     batch = scores[None] if scores.ndim == 2 else scores
     log_z, a, g, ok = _solve(batch, single_root)  # g[i, j] = d log det K / d K[i, j]
     marg = a * arc_derivative(g, single_root)
     np.clip(marg, 0.0, 1.0, out=marg)
-    marg /= np.maximum(marg.sum(axis=1, keepdims=True), np.finfo(float).tiny)
+    marg /= np.maximum(marg.sum(axis=1, keepdims=True), _TINY)
     marg[:, :, 0] = 0.0
     for b in np.flatnonzero(~ok):
         log_z[b], marg[b] = eliminate_marginals(batch[b], single_root=single_root)
