@@ -174,8 +174,9 @@ def test_pair_factor_vjp_matches_finite_differences(hard: bool) -> None:
         for i in range(len(theta)):
             vals = []
             for step in (EPS, -EPS):
-                family.theta = theta.copy()
-                family.theta[i] += step
+                shifted = theta.copy()
+                shifted[i] += step
+                family.theta = shifted
                 vals.append(sum(float((gi * o).sum()) for gi, o in zip(g, family.propagate(incoming), strict=True)))
             fd[i] = (vals[0] - vals[1]) / (2 * EPS)
         family.theta = theta
@@ -196,30 +197,35 @@ def _graph(n: int, seed: int, projective: bool, single_root: bool = True) -> tup
     ], valid
 
 
-def _parameters(families: list[FactorFamily], valid: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(array, mask of its free entries) for every parameter array: LINK on valid arcs, pair thetas."""
-    out = []
+def _parameters(families: list[FactorFamily], valid: np.ndarray) -> list[tuple[FactorFamily, np.ndarray]]:
+    """(family, mask of the free entries of its ``theta``) for every parameter array: LINK on valid arcs,
+    pair thetas."""
+    out: list[tuple[FactorFamily, np.ndarray]] = []
     for f in families:
         if isinstance(f, Link):
-            out.append((f.theta, valid))
+            out.append((f, valid))
         elif isinstance(f, PairFamily):
-            out.append((f.theta, np.ones(f.theta.shape, dtype=bool)))
+            out.append((f, np.ones(f.theta.shape, dtype=bool)))
     return out
 
 
 def _finite_differences(objective: Callable[[], float],
-                        params: list[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
+                        params: list[tuple[FactorFamily, np.ndarray]]) -> list[np.ndarray]:
+    """Central differences of ``objective`` in each free entry of each family's ``theta`` (a new array is
+    assigned for every step: a pair family's weights are read-only)."""
     grads = []
-    for arr, free in params:
-        fd = np.zeros(arr.shape)
+    for family, free in params:
+        base = np.array(family.theta)  # type: ignore[attr-defined]
+        fd = np.zeros(base.shape)
         for idx in zip(*np.nonzero(free), strict=True):
-            old = arr[idx]
-            arr[idx] = old + EPS
-            up = objective()
-            arr[idx] = old - EPS
-            down = objective()
-            arr[idx] = old
-            fd[idx] = (up - down) / (2 * EPS)
+            values = []
+            for step in (EPS, -EPS):
+                shifted = base.copy()
+                shifted[idx] += step
+                family.theta = shifted  # type: ignore[attr-defined]
+                values.append(objective())
+            fd[idx] = (values[0] - values[1]) / (2 * EPS)
+        family.theta = base  # type: ignore[attr-defined]
         grads.append(fd)
     return grads
 

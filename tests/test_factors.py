@@ -94,6 +94,33 @@ def test_pairwise_families(make) -> None:  # type: ignore[no-untyped-def]
     np.testing.assert_array_equal(total, counts)
 
 
+def test_pairwise_message_kernel_to_full_relative_precision() -> None:
+    """The log1p form of the pairwise message (``PairFamily.propagate_flat``) against 400-digit references
+    of ``log((e^(r + theta) + 1) / (e^r + 1)) = log1p(sigma(r) expm1(theta))``, over log-odds up to +-1e4
+    (the clip) and weights up to +-699, including messages far below 1e-16 that the plain softplus
+    difference rounds to 0; weights of 700 and more, and -inf, take the softplus form."""
+    import mpmath
+
+    with mpmath.workdps(400):  # 1 + sigma(r) expm1(theta) can be as small as e^-699
+        rng = np.random.default_rng(5)
+        r = np.concatenate([rng.normal(scale=3.0, size=300), rng.uniform(-1e4, 1e4, 100), [0.0, 40.0, -40.0]])
+        theta = np.concatenate([rng.normal(scale=2.0, size=300), rng.uniform(-699.0, 699.0, 100), [1e-12, -1e-12, 5.0]])
+        for t in (theta, np.concatenate([theta[:-1], [800.0]]), np.concatenate([theta[:-1], [-np.inf]])):
+            n, valid = 2, _valid(2)
+            family = PairFamily(n, valid, np.zeros((4, len(t)), dtype=int), t, "grand")
+            assert (family._expm1 is None) == bool(np.abs(t).max() >= 700.0)
+            to_a = family.propagate_flat(np.stack([rng.normal(size=len(t)), r]))[0]
+            for got, rb, th in zip(to_a, r, t, strict=True):
+                if np.isinf(th):
+                    want = float(-mpmath.log1p(mpmath.exp(mpmath.mpf(float(rb)))))
+                else:
+                    q = mpmath.exp(mpmath.mpf(float(rb)))
+                    want = float(mpmath.log1p(mpmath.expm1(mpmath.mpf(float(th))) * q / (q + 1)))
+                assert got == pytest.approx(want, rel=1e-12, abs=0.0 if family._expm1 is not None else 1e-12)
+    with pytest.raises(ValueError):  # the weights are read-only: assign a new array instead
+        family.theta[0] = 1.0
+
+
 def test_pair_family_counts() -> None:
     n, valid = 4, _valid(4)
     assert grand_arcs(n, valid).shape[1] == sum(

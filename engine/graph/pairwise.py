@@ -13,7 +13,16 @@ factors. Message to ``L_a`` (log-odds), with ``r_b`` the incoming log-odds of ``
 
     log [(odds_b e^theta + 1) / (odds_b + 1)] = softplus(r_b + theta) - softplus(r_b)
 
-O(1) per factor, computed for the whole family at once.
+O(1) per factor, computed for the whole family at once. For finite weights BP evaluates it as
+
+    softplus(r + theta) - softplus(r) = log1p(sigma(r) expm1(theta))                      (theta >= 0)
+                                      = theta + log1p(sigma(-r) expm1(-theta))            (theta < 0)
+
+(the second from ``1 + e^(r + theta) = e^theta (e^-theta + e^r)``): a log1p of a non-negative number,
+so exact to rounding, with one sigmoid and one log1p per message where the two softplus terms take two
+exponentials and two logarithms. ``expm1(|theta|)``, the sign and ``min(theta, 0)`` are computed once per
+family; weights of 700 or more (whose ``expm1`` would overflow) and the hard ``-inf`` keep the softplus
+form.
 """
 
 from __future__ import annotations
@@ -22,6 +31,8 @@ import numpy as np
 from scipy.special import expit
 
 from engine.graph.family import FactorFamily, Messages
+
+_LOG1P_LIMIT = 700.0  # |theta| below which expm1(|theta|) cannot overflow: the log1p message kernel
 
 
 def softplus(x: np.ndarray) -> np.ndarray:
@@ -46,10 +57,27 @@ class PairFamily(FactorFamily):
     def __init__(self, n: int, valid: np.ndarray, arcs: np.ndarray, theta: np.ndarray, name: str) -> None:
         super().__init__(n, valid)
         self.name = name
-        self.theta = np.asarray(theta, dtype=np.float64)
+        self.theta = theta
         self._size = (n + 1) ** 2
         ah, am, bh, bm = arcs  # each (F,)
         self._index(ah * (n + 1) + am, bh * (n + 1) + bm)
+
+    @property
+    def theta(self) -> np.ndarray:
+        """The weights (F,), read-only: assign a new array to change them (the message kernel's constants
+        are derived from them on assignment)."""
+        return self._theta
+
+    @theta.setter
+    def theta(self, value: np.ndarray) -> None:
+        theta = np.array(value, dtype=np.float64)  # a copy, so that the caller's array stays writable
+        theta.flags.writeable = False
+        self._theta = theta
+        self._expm1: np.ndarray | None = None  # the log1p kernel's constants (None: the softplus form)
+        if np.all(np.abs(theta) < _LOG1P_LIMIT):
+            self._expm1 = np.expm1(np.abs(theta))
+            self._sign = np.where(theta < 0.0, -1.0, 1.0)
+            self._floor = np.minimum(theta, 0.0)
 
     def _index(self, a: np.ndarray, b: np.ndarray) -> None:
         """Flat arc indices of both slots concatenated, ``_ab``, and of each slot (views): packed messages
@@ -87,7 +115,10 @@ class PairFamily(FactorFamily):
         sub = object.__new__(PairFamily)
         FactorFamily.__init__(sub, self.n, self.valid)
         sub.name = self.name
-        sub.theta = self.theta[index]
+        sub._theta = self.theta[index]
+        sub._expm1 = None if self._expm1 is None else self._expm1[index]
+        if sub._expm1 is not None:
+            sub._sign, sub._floor = self._sign[index], self._floor[index]
         sub._size = self._size
         sub._index(self._a[index], self._b[index])
         return sub
@@ -128,9 +159,16 @@ class PairFamily(FactorFamily):
     def propagate_flat(self, incoming: np.ndarray) -> np.ndarray:
         """Packed rows ``[r_a, r_b]`` -> ``[to_a, to_b]``: the message to each link is the kernel of the
         other link's incoming log-odds, ``to_a = softplus(r_b + theta) - softplus(r_b)``, so the kernel runs
-        once over both rows and the rows swap (copied: later array operations on a contiguous array are
-        faster than on the reversed view by more than the copy costs)."""
-        return (softplus(incoming + self.theta) - softplus(incoming))[::-1].copy()
+        once over both (swapped) rows. Finite weights take the log1p form of the module docstring, in place
+        on one new array; others the softplus difference."""
+        if self._expm1 is None:
+            return (softplus(incoming + self.theta) - softplus(incoming))[::-1].copy()
+        out = incoming[::-1] * self._sign  # the other link's log-odds, negated where theta < 0
+        expit(out, out=out)
+        out *= self._expm1
+        np.log1p(out, out=out)
+        out += self._floor
+        return out
 
     def vjp(self, incoming: Messages, grad_out: Messages) -> tuple[Messages, np.ndarray | None]:
         """Adjoint of ``propagate``: ``d to_a / d r_b = sigma(r_b + theta) - sigma(r_b)`` and
