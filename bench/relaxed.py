@@ -5,16 +5,18 @@
     python bench/relaxed.py --bounds [--cases 500]
 
 Table mode: every sentence's factor graph is built once (features are not timed), then each
-configuration runs on it: full BP (10 iterations; all BP runs stop early when no message log-odds
-changes by more than ``--tolerance``, 1e-6 by default), Rel(R, epsilon, B) = (rounds, gain threshold, BP
-iterations per round) and Pruned(t). For each: UAS (every word, MBR tree under the beliefs), inference
-time per sentence (``engine.inference.relaxed.infer`` alone, no feature extraction, no decoding; CPU
-time of this process, which with one BLAS thread is the time on an idle core and does not count the
-time other jobs on a shared machine take the core away),
-fraction of the higher-order factors in the final graph (mean over sentences), mean absolute error of
-the beliefs against full BP's (over the sentence's link variables, then over sentences), mean eta and
-BP iterations. ``--no-prune`` builds the graph over all arcs (the paper's setting) instead of those the
-model's first-order pruner keeps. One BLAS thread. Writes per-sentence times for ``relaxed_figure.py``.
+configuration runs on the graphs of each batch of sentences of one length, stacked as the parser runs
+them (``infer_many``; ``--one-at-a-time`` runs each sentence alone): full BP (10 iterations; every BP
+run stops early once no belief changes by more than ``--tolerance`` in an iteration), Rel(R, epsilon,
+B) = (rounds, gain threshold, BP iterations per round) and Pruned(t). For each: UAS (every word, MBR
+tree under the beliefs), inference time per sentence (``engine.inference.relaxed.infer_many`` alone, a
+batch's time divided by its sentences; no feature extraction, no decoding; CPU time of this process,
+which with one BLAS thread is the time on an idle core and does not count the time other jobs on a
+shared machine take the core away), fraction of the higher-order factors in the final graph (mean over
+sentences), mean absolute error of the beliefs against full BP's (over the sentence's link variables,
+then over sentences), mean eta and BP iterations. ``--no-prune`` builds the graph over all arcs (the
+paper's setting) instead of those the model's first-order pruner keeps. One BLAS thread. Writes
+per-sentence times for ``relaxed_figure.py``.
 
 Bounds mode: random TREE + LINK + GRAND + SIB models of 2-5 words; relaxed inference picks the
 sub-graph, then every tree is enumerated. Reports how often the full model's exact arc marginals lie
@@ -57,6 +59,7 @@ from engine.inference.relaxed import (  # noqa: E402
     RelaxedConfig,
     eta_bound,
     infer,
+    infer_many,
     marginal_interval,
     relaxed_bp,
 )
@@ -91,29 +94,30 @@ def table(args: argparse.Namespace) -> None:
     per_sentence: list[dict[str, object]] = []
     words = 0
     started = time.perf_counter()
-    for done, (i, graph, _) in enumerate(parser.graphs(gold), start=1):
-        heads = gold[i].heads
-        words += graph.n
-        record: dict[str, object] = {"n": graph.n, "seconds": {}}
+    for batch in parser.graph_batches(gold):
+        graphs = [(graph.families, graph.valid) for _, graph, _ in batch]
+        records: list[dict[str, object]] = [{"n": graph.n, "seconds": {}} for _, graph, _ in batch]
+        words += sum(graph.n for _, graph, _ in batch)
         reference = None
         for name, config in rows_config:
             start = time.process_time()
-            result = infer(graph.families, graph.valid, config)
-            seconds = time.process_time() - start
-            parsed = parser.decode(gold[i], graph, result)
+            results = [infer(f, v, config) for f, v in graphs] if args.one_at_a_time else infer_many(graphs, config)
+            seconds = (time.process_time() - start) / len(batch)
             if reference is None:
-                reference = result.beliefs
+                reference = [r.beliefs for r in results]
             s = sums[name]
-            s["correct"] += int((parsed.heads[1:] == heads[1:]).sum())
-            s["seconds"] += seconds
-            s["fraction"] += float(getattr(result, "factor_fraction", 1.0))
-            s["error"] += float(np.abs(result.beliefs - reference)[graph.valid].mean())
-            s["eta"] += float(getattr(result, "eta", 0.0))
-            s["iterations"] += result.iterations
-            record["seconds"][name] = seconds  # type: ignore[index]
-        per_sentence.append(record)
-        if done % 200 == 0:
-            print(f"{done} sentences, {time.perf_counter() - started:.0f} s", file=sys.stderr)
+            for (i, graph, _), result, ref, record in zip(batch, results, reference, records, strict=True):
+                parsed = parser.decode(gold[i], graph, result)
+                s["correct"] += int((parsed.heads[1:] == gold[i].heads[1:]).sum())
+                s["seconds"] += seconds
+                s["fraction"] += float(getattr(result, "factor_fraction", 1.0))
+                s["error"] += float(np.abs(result.beliefs - ref)[graph.valid].mean())
+                s["eta"] += float(getattr(result, "eta", 0.0))
+                s["iterations"] += result.iterations
+                record["seconds"][name] = seconds  # type: ignore[index]
+        if len(per_sentence) // 200 != (len(per_sentence) + len(batch)) // 200:
+            print(f"{len(per_sentence) + len(batch)} sentences, {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        per_sentence.extend(records)
     count = len(per_sentence)
     rows = {name: {"uas": round(100 * s["correct"] / words, 2),
                    "ms_per_sentence": round(1000 * s["seconds"] / count, 3),
@@ -125,6 +129,7 @@ def table(args: argparse.Namespace) -> None:
         row["speedup"] = round(base / row["ms_per_sentence"], 2)
     out = {"model": args.model, "data": args.data, "arcs": "all" if args.no_prune else "pruned",
            "tolerance": args.tolerance, "clock": "process CPU time (time.process_time)",
+           "stacked": not args.one_at_a_time,
            "sentences": count, "words": words, "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
            f"Python {platform.python_version()}, numpy {np.__version__}", "rows": rows, "per_sentence": per_sentence}
     if args.out:
@@ -192,6 +197,8 @@ def main() -> None:
     ap.add_argument("--data", default=str(DEV))
     ap.add_argument("--no-prune", action="store_true", help="factor graph over all arcs (no first-order pruning)")
     ap.add_argument("--max-sentences", type=int)
+    ap.add_argument("--one-at-a-time", action="store_true", help="run each sentence alone (default: the sentences "
+                    "of one length stacked, as the parser runs them; times are then a stack's time per sentence)")
     ap.add_argument("--tolerance", type=float, default=1e-6, help="BP stops when no message changes by more "
                     "(the BPConfig default); the same for every configuration")
     ap.add_argument("--out", help="JSON file with the table and per-sentence times (for relaxed_figure.py)")

@@ -86,7 +86,8 @@ class InferenceReport(BaseModel):
     method: str
     iterations: int | None = None
     converged: bool
-    residual: float | None = None
+    residual: float | None = Field(None, description="bp, relaxed: the largest change of an arc belief in BP's "
+                                   "last iteration")
     rounds: int | None = Field(None, description="relaxed: rounds of adding factors")
     factor_fraction: float | None = Field(None, description="bp, relaxed: fraction of the higher-order factors "
                                           "in the graph BP ran on")

@@ -14,11 +14,20 @@ BP's inner loop works on *packed* messages, one array per family (``pack`` / ``u
 ``gather_flat`` / ``propagate_flat`` / ``scatter_flat`` on a flat (n+1)^2 belief vector: the same
 arithmetic as the per-slot methods, which a family may override to take fewer numpy calls per update
 (at short sentence lengths numpy's per-call overhead, not the arithmetic, dominates an update).
+
+**Stacks.** A ``stackable`` family class can join the families of several sentences of one length into
+one family over all their arcs (``stack``): arc ``(j, h, m)`` of sentence ``j`` is flat index
+``j (n+1)^2 + h (n+1) + m``, the factors are the parts' factors side by side, and so are the packed
+messages (along their last axis, ``bounds``). BP on a stack (``engine.inference.bp.run_bp_many``) is BP
+on each sentence, with every update one set of array operations for all of them: what a short sentence
+costs is mostly numpy's per-call overhead, which a stack pays once.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 
@@ -32,10 +41,47 @@ class FactorFamily(ABC):
     # True when propagate ignores its input and ``initial()`` already returns its output (LINK): BP does
     # not update it at all, unless its messages start elsewhere or need the clip (bp.Repeats)
     constant: bool = False
+    stackable: ClassVar[bool] = False  # True where ``stack`` is implemented
 
     def __init__(self, n: int, valid: np.ndarray) -> None:
         self.n = n
-        self.valid = valid  # (n+1, n+1) bool: arcs that exist as variables
+        self.valid = valid  # (n+1, n+1) bool: arcs that exist as variables; (B, n+1, n+1) for a stack
+        self.bounds: np.ndarray | None = None  # a stack's part j: packed messages [..., bounds[j]:bounds[j+1]]
+
+    # -- stacks of sentences (engine.inference.bp.run_bp_many) -----------------------------------------
+    @classmethod
+    def stack(cls, parts: Sequence[FactorFamily]) -> FactorFamily:
+        """One family over the arcs of the sentences of ``parts`` (families of this class, one per
+        sentence, all of the same length), block-diagonal: see the module docstring. One part is itself."""
+        if len(parts) == 1:
+            return parts[0]
+        raise NotImplementedError(f"the {cls.__name__} factor family cannot be stacked")
+
+    def split(self, packed: np.ndarray) -> list[np.ndarray]:
+        """A stack's packed messages as one array per sentence (copies)."""
+        if self.bounds is None:
+            return [packed.copy()]
+        b = self.bounds.tolist()
+        return [packed[..., b[j]:b[j + 1]].copy() for j in range(len(b) - 1)]
+
+    def take(self, packed: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        """The packed messages of the stack's sentences ``keep`` (ascending indices), for the stack of
+        those sentences."""
+        assert self.bounds is not None
+        return np.concatenate([packed[..., self.bounds[j]:self.bounds[j + 1]] for j in keep], axis=-1)
+
+    def sentence_change(self, delta: np.ndarray) -> np.ndarray:
+        """The largest absolute entry of a packed message change ``delta`` per sentence of the stack,
+        (B,), 0 for a sentence without messages here."""
+        if self.bounds is None:
+            return np.array([float(np.maximum.reduce(np.abs(delta), axis=None, initial=0.0))])
+        starts, ends = self.bounds[:-1], self.bounds[1:]
+        filled = starts < ends
+        out = np.zeros(len(starts))
+        if filled.any():
+            flat = np.abs(delta) if delta.ndim == 1 else np.abs(delta).max(axis=tuple(range(delta.ndim - 1)))
+            out[filled] = np.maximum.reduceat(flat, starts[filled])
+        return out
 
     @abstractmethod
     def gather(self, arc: np.ndarray) -> Messages:
@@ -117,7 +163,7 @@ class ArcFamily(FactorFamily):
         return np.where(self.valid, messages[0], 0.0)
 
     def initial(self) -> Messages:
-        return (np.zeros((self.n + 1, self.n + 1)),)
+        return (np.zeros(self.valid.shape),)
 
     def initial_packed(self) -> np.ndarray:
         return self.initial()[0].reshape(-1)  # 0 off valid already, as every ArcFamily's initial() is
@@ -126,7 +172,13 @@ class ArcFamily(FactorFamily):
         return np.where(self.valid, messages[0], 0.0).reshape(-1)
 
     def unpack(self, flat: np.ndarray) -> Messages:
-        return (flat.reshape(self.n + 1, self.n + 1),)
+        return (flat.reshape(self.valid.shape),)
+
+    def _stacked(self, parts: Sequence[ArcFamily]) -> None:
+        """Stack bookkeeping of an arc family made from ``parts``: the stacked ``valid`` (B, n+1, n+1) and
+        the bounds of each sentence's (n+1)^2 messages."""
+        FactorFamily.__init__(self, parts[0].n, np.stack([p.valid for p in parts]))
+        self.bounds = np.arange(len(parts) + 1) * parts[0].valid.size
 
     def gather_flat(self, beliefs: np.ndarray) -> np.ndarray:
         return beliefs

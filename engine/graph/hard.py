@@ -5,9 +5,11 @@ NOT2 and NO2CYCLE are hard pairwise factors: see ``engine.graph.pairwise``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
-from engine.graph.family import ArcFamily, Messages, exclusive_logsumexp
+from engine.graph.family import ArcFamily, FactorFamily, Messages, exclusive_logsumexp
 
 
 class Link(ArcFamily):
@@ -18,10 +20,20 @@ class Link(ArcFamily):
 
     name = "link"
     constant = True
+    stackable = True
 
     def __init__(self, n: int, valid: np.ndarray, theta: np.ndarray) -> None:
         super().__init__(n, valid)
         self.theta = np.where(valid, theta, 0.0)
+
+    @classmethod
+    def stack(cls, parts: Sequence[FactorFamily]) -> FactorFamily:
+        if len(parts) == 1:
+            return parts[0]
+        out = object.__new__(cls)
+        out._stacked(parts)  # type: ignore[arg-type]
+        out.theta = np.stack([p.theta for p in parts])  # type: ignore[attr-defined]
+        return out
 
     def propagate(self, incoming: Messages) -> Messages:
         return (self.theta,)

@@ -27,6 +27,8 @@ form.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from scipy.special import expit
 
@@ -73,8 +75,9 @@ class PairFamily(FactorFamily):
         theta = np.array(value, dtype=np.float64)  # a copy, so that the caller's array stays writable
         theta.flags.writeable = False
         self._theta = theta
+        self._bound = float(np.abs(theta).max(initial=0.0))
         self._expm1: np.ndarray | None = None  # the log1p kernel's constants (None: the softplus form)
-        if np.all(np.abs(theta) < _LOG1P_LIMIT):
+        if self._bound < _LOG1P_LIMIT:
             self._expm1 = np.expm1(np.abs(theta))
             self._sign = np.where(theta < 0.0, -1.0, 1.0)
             self._floor = np.minimum(theta, 0.0)
@@ -86,6 +89,33 @@ class PairFamily(FactorFamily):
         self._ab = np.concatenate([a, b])
         self._a, self._b = self._ab[: len(a)], self._ab[len(a):]
         self._rows = self._ab.reshape(2, -1)  # packed layout: row 0 slot a, row 1 slot b
+
+    stackable = True
+
+    @classmethod
+    def stack(cls, parts: Sequence[FactorFamily]) -> FactorFamily:
+        """The factors of several sentences' families side by side, arc indices offset by sentence
+        (``FactorFamily.stack``); O(F)."""
+        if len(parts) == 1:
+            return parts[0]
+        fams: list[PairFamily] = list(parts)  # type: ignore[arg-type]
+        out = object.__new__(cls)
+        FactorFamily.__init__(out, fams[0].n, np.stack([f.valid for f in fams]))
+        out.name = fams[0].name
+        out._theta = np.concatenate([f.theta for f in fams])
+        out._bound = max(f._bound for f in fams)
+        out._expm1 = None
+        if all(f._expm1 is not None for f in fams):
+            out._expm1 = np.concatenate([f._expm1 for f in fams])  # type: ignore[misc]
+            out._sign = np.concatenate([f._sign for f in fams])
+            out._floor = np.concatenate([f._floor for f in fams])
+        size = fams[0]._size
+        out._size = size * len(fams)
+        offsets = [j * size for j in range(len(fams))]
+        out._index(np.concatenate([f._a + o for f, o in zip(fams, offsets, strict=True)]),
+                   np.concatenate([f._b + o for f, o in zip(fams, offsets, strict=True)]))
+        out.bounds = np.concatenate([[0], np.cumsum([f.size for f in fams])])
+        return out
 
     @property
     def ah(self) -> np.ndarray:
@@ -116,6 +146,7 @@ class PairFamily(FactorFamily):
         FactorFamily.__init__(sub, self.n, self.valid)
         sub.name = self.name
         sub._theta = self.theta[index]
+        sub._bound = self._bound
         sub._expm1 = None if self._expm1 is None else self._expm1[index]
         if sub._expm1 is not None:
             sub._sign, sub._floor = self._sign[index], self._floor[index]
@@ -125,8 +156,9 @@ class PairFamily(FactorFamily):
 
     def message_bound(self) -> float:
         """``softplus(r + theta) - softplus(r)`` lies between 0 and theta, so no message exceeds the largest
-        |theta| (inf for a hard factor); rounding can add a few ulp of the incoming log-odds."""
-        return float(np.abs(self.theta).max(initial=0.0))
+        |theta| (inf for a hard factor); rounding can add a few ulp of the incoming log-odds. A selection
+        or a stack keeps the bound of the weights it came from (still a bound)."""
+        return self._bound
 
     def gather(self, arc: np.ndarray) -> Messages:
         flat = arc.reshape(-1)

@@ -16,11 +16,17 @@ Matrix-Tree for TREE (marginals only: BP needs no log Z), Eisner inside-outside 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
-from engine.graph.family import ArcFamily, Messages
+from engine.graph.family import ArcFamily, FactorFamily, Messages
 from engine.inference.eisner import eisner_marginals
-from engine.inference.matrix_tree import matrix_tree_marginals, matrix_tree_word_marginals
+from engine.inference.matrix_tree import (
+    matrix_tree_marginals,
+    matrix_tree_word_marginals,
+    matrix_tree_word_marginals_many,
+)
 from engine.inference.tree_hessian import eisner_hvp, matrix_tree_hvp
 
 _TINY = 1e-300
@@ -30,7 +36,14 @@ def _complement(mu: np.ndarray) -> np.ndarray:
     """``1 - mu[h, m]`` for marginals whose columns sum to 1, to full relative precision: the sum of the
     column's other entries for its largest entry (the only one that can exceed 1/2), ``1 - mu`` (at
     least about 1/2, so exact to rounding) for the rest. Equal to ``_exclusive_sum(mu)`` up to rounding
-    in fewer array operations."""
+    in fewer array operations. ``mu`` (n+1, n+1), or (B, n+1, n+1) for a stack of sentences."""
+    if mu.ndim == 3:
+        top = mu.argmax(axis=1)[:, None, :]
+        others = mu.copy()
+        np.put_along_axis(others, top, 0.0, axis=1)
+        rest = 1.0 - mu
+        np.put_along_axis(rest, top, np.add.reduce(others, axis=1)[:, None, :], axis=1)
+        return rest
     columns = mu.shape[1]
     top = mu.argmax(axis=0) * columns + np.arange(columns)  # flat index of each column's largest entry
     others = mu.copy()
@@ -58,6 +71,21 @@ class Tree(ArcFamily):
         self.name = "ptree" if projective else "tree"
         self._words = valid[:, 1:].copy()  # valid arcs into words 1..n, [h, m - 1], without self loops
         self._words.reshape(-1)[n::n + 1] = False
+
+    stackable = True
+
+    @classmethod
+    def stack(cls, parts: Sequence[FactorFamily]) -> FactorFamily:
+        """TREE/PTREE over several sentences of one length (``FactorFamily.stack``): its update computes
+        the marginals of all of them at once, by the batched Matrix-Tree path (PTREE: Eisner per sentence)."""
+        if len(parts) == 1:
+            return parts[0]
+        first: Tree = parts[0]  # type: ignore[assignment]
+        out = object.__new__(_TreeStack)
+        out._stacked(parts)  # type: ignore[arg-type]
+        out.projective, out.single_root, out.name = first.projective, first.single_root, first.name
+        out._words = np.stack([p._words for p in parts])  # type: ignore[attr-defined]
+        return out
 
     def marginals(self, incoming: Messages) -> tuple[float, np.ndarray]:
         """``(log Z, mu)`` of the tree distribution with edge weights exp(incoming log-odds)."""
@@ -111,3 +139,21 @@ class Tree(ArcFamily):
         ok = is_tree(heads) and (not self.single_root or (heads[1:] == 0).sum() == 1)
         ok = ok and (not self.projective or is_projective(heads))
         return 0.0 if ok else -np.inf
+
+
+class _TreeStack(Tree):
+    """``Tree.stack``: the tree factor of B sentences of one length; ``valid`` (B, n+1, n+1)."""
+
+    def propagate_flat(self, incoming: np.ndarray) -> np.ndarray:
+        r = incoming.reshape(self.valid.shape)
+        if self.projective:
+            scores = np.where(self.valid, r, -np.inf)
+            mu = np.stack([eisner_marginals(s, single_root=self.single_root)[1] for s in scores])
+        else:
+            words = np.where(self._words, r[:, :, 1:], -np.inf)
+            mu = matrix_tree_word_marginals_many(words, single_root=self.single_root)
+        logit = np.log(np.maximum(mu, _TINY) / np.maximum(_complement(mu), _TINY))
+        return np.where(self.valid, logit - r, 0.0).reshape(-1)
+
+    def vjp(self, incoming: Messages, grad_out: Messages) -> tuple[Messages, np.ndarray | None]:
+        raise NotImplementedError("a stack of tree factors has no adjoint: differentiate BP one sentence at a time")

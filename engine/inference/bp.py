@@ -15,8 +15,13 @@ An update that would repeat a family's previous update exactly is skipped (``Rep
 messages start at its update), and in the serial schedule the tree factor's visit that opens an
 iteration (it reads what the visit closing the previous iteration read). Optional damping mixes new
 and old messages in log-odds space (no update is skipped then). Iteration stops after
-``max_iterations`` or when the largest message change falls below ``tolerance``. With ``keep_tape``
-every iteration's messages are kept for reverse-mode differentiation.
+``max_iterations``, or once no belief b(L[h, m] = true) has changed by more than ``tolerance`` in an
+iteration (the residual; measured on the beliefs, the quantities BP is run for, as libDAI does: a
+message to an arc whose belief is 1e-9 may still move in log-odds long after every belief has
+settled). With ``keep_tape`` every iteration's messages are kept for reverse-mode differentiation.
+
+``run_bp_many`` runs many sentences' graphs at once, stacked (``engine.graph.family``), each sentence
+stopping on its own test.
 """
 
 from __future__ import annotations
@@ -57,8 +62,10 @@ class BPConfig:
 @dataclass
 class BPResult:
     """Beliefs ``b(L[h, m] = true)`` (n+1, n+1; 0 where no variable), their log-odds, the final
-    messages of each family, and diagnostics. ``settled``: the families whose next update would repeat
-    their last one exactly (see ``Repeats``), for a caller that continues BP from these messages."""
+    messages of each family, and diagnostics: ``residual`` is the largest change of a belief in the last
+    iteration, ``converged`` whether it fell below the tolerance. ``settled``: the families whose next
+    update would repeat their last one exactly (see ``Repeats``), for a caller that continues BP from
+    these messages."""
 
     beliefs: np.ndarray
     log_odds: np.ndarray
@@ -172,17 +179,85 @@ def run_bp(families: Sequence[FactorFamily], valid: np.ndarray, config: BPConfig
     Messages are kept packed (one array per family) and the flat beliefs are updated in place
     after each stage by the scattered *change* of its families' messages, one scatter per update. Cost
     per iteration: one update per family and visit, less the repeats (``Repeats``)."""
-    starts = initial if initial is not None else [None] * len(families)
-    packed = [f.initial_packed() if m is None else f.pack(m) for f, m in zip(families, starts, strict=True)]
-    b = _beliefs(families, packed, valid.size)
+    return _run([(families, valid)], config, [initial], settled, visits)[0]
+
+
+# Stacks hold at most about this many messages (arcs plus pairwise factors): larger arrays fall out of the
+# CPU's caches, and long sentences gain nothing from stacking (their updates are already large).
+STACK_MESSAGES = 1 << 16
+
+
+def run_bp_many(graphs: Sequence[tuple[Sequence[FactorFamily], np.ndarray]], config: BPConfig = BPConfig(), *,
+                initial: Sequence[Sequence[Messages | None] | None] | None = None,
+                settled: Sequence[Iterable[int]] | None = None,
+                stack_messages: int = STACK_MESSAGES) -> list[BPResult]:
+    """``run_bp`` on each ``(families, valid)`` of ``graphs`` (with its ``initial`` and ``settled``), in order.
+
+    Graphs of one sentence length with the same family classes and the same ``settled`` are stacked
+    (``FactorFamily.stack``), up to about ``stack_messages`` messages per stack, and run together:
+    every update is one set of array operations for the whole stack, and each sentence stops on its own
+    test (its residual below ``config.tolerance``, or ``max_iterations``), exactly as
+    alone; the stack then shrinks to the sentences still running. The results are ``run_bp``'s up to
+    rounding (a stack of tree factors takes the batched Matrix-Tree kernel). Graphs with a family that
+    cannot be stacked run alone."""
+    count = len(graphs)
+    starts = list(initial) if initial is not None else [None] * count
+    done = [tuple(s) for s in settled] if settled is not None else [()] * count
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for j, (families, valid) in enumerate(graphs):
+        if all(f.stackable for f in families):
+            key: tuple[object, ...] = (valid.shape, tuple((type(f), f.name) for f in families), done[j])
+        else:
+            key = (j,)
+        groups.setdefault(key, []).append(j)
+    results: list[BPResult | None] = [None] * count
+    chunks: list[list[int]] = []
+    for members in groups.values():
+        size = stack_messages
+        for j in members:
+            families, valid = graphs[j]
+            messages = valid.size + sum(getattr(f, "size", 0) for f in families)
+            if size + messages > stack_messages:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(j)
+            size += messages
+    for chunk in chunks:
+        out = _run([graphs[j] for j in chunk], config, [starts[j] for j in chunk], done[chunk[0]])
+        for j, result in zip(chunk, out, strict=True):
+            results[j] = result
+    return results  # type: ignore[return-value]
+
+
+def _stack(graphs: Sequence[tuple[Sequence[FactorFamily], np.ndarray]]) -> list[FactorFamily]:
+    """The families of ``graphs`` stacked family by family (one graph: its own families)."""
+    if len(graphs) == 1:
+        return list(graphs[0][0])
+    return [type(parts[0]).stack(parts) for parts in zip(*(g[0] for g in graphs), strict=True)]
+
+
+def _run(graphs: Sequence[tuple[Sequence[FactorFamily], np.ndarray]], config: BPConfig,
+         initial: Sequence[Sequence[Messages | None] | None], settled: Iterable[int] = (),
+         visits: list[list[tuple[int, np.ndarray, np.ndarray]]] | None = None) -> list[BPResult]:
+    """BP on a stack of graphs (one graph: plain ``run_bp``), each sentence stopping on its own test."""
+    if len(graphs) > 1 and (visits is not None or config.keep_tape):
+        raise ValueError("a tape of BP's updates needs one sentence at a time (run_bp)")
+    families = _stack(graphs)
+    starts: list[Sequence[Messages | None]] = [s if s is not None else [None] * len(families) for s in initial]
+    packed = [np.concatenate([_packed(g[0][i], s[i]) for g, s in zip(graphs, starts, strict=True)], axis=-1)
+              if len(graphs) > 1 else _packed(f, starts[0][i]) for i, f in enumerate(families)]
+    size = sum(g[1].size for g in graphs)
+    b = _beliefs(families, packed, size)
     tape: list[list[Messages]] = []
     clips = [not f.message_bound() + 1.0 < config.clip for f in families]  # False: the clip would be a no-op
-    fresh = [i for i, (m, c) in enumerate(zip(starts, clips, strict=True)) if m is None and not c]
+    fresh = [i for i, c in enumerate(clips) if not c and all(s[i] is None for s in starts)]
     repeats = Repeats(families, config, settled, fresh)
-    residual, iterations, converged = np.inf, 0, False
     plan = stages(len(families), config.schedule)
-    for iterations in range(1, config.max_iterations + 1):  # noqa: B007
-        deltas: list[np.ndarray] = []  # every message change of this iteration
+    probability = expit(b)  # the beliefs b(L = 1), flat over the stack (0.5 off the variables)
+    present = np.arange(len(graphs))  # the stack's sentences, as indices into graphs
+    running = np.ones(len(graphs), dtype=bool)  # per sentence of the stack: not yet stopped
+    results: list[BPResult | None] = [None] * len(graphs)
+    for iterations in range(1, config.max_iterations + 1):
         for stage in plan:
             pending = repeats.pending(stage)
             if not pending:
@@ -191,23 +266,49 @@ def run_bp(families: Sequence[FactorFamily], valid: np.ndarray, config: BPConfig
             changes = []
             for i, (_, _, new) in zip(pending, done, strict=True):
                 delta = new - packed[i]
-                deltas.append(delta)
                 changes.append(_change(delta) if i in repeats.constant else np.inf)  # only a constant one's counts
                 b += families[i].scatter_flat(delta)
                 packed[i] = new
             repeats.record(pending, changes)
             if visits is not None:
                 visits.append([(i, incoming, raw) for i, (incoming, raw, _) in zip(pending, done, strict=True)])
-        residual = _change(np.concatenate(deltas, axis=None)) if deltas else 0.0  # one reduction per iteration
+        updated = expit(b)
+        residual = np.maximum.reduce(np.abs(updated - probability).reshape(len(present), -1), axis=1)
+        probability = updated
         if config.keep_tape:
             tape.append([f.unpack(m) for f, m in zip(families, packed, strict=True)])
-        if residual < config.tolerance:
-            converged = True
+        stop = running & ((residual < config.tolerance) | (iterations == config.max_iterations))
+        if not stop.any():
+            continue
+        parts = [f.split(m) if len(present) > 1 else [m] for f, m in zip(families, packed, strict=True)]
+        for k in np.flatnonzero(stop):
+            j = present[k]
+            results[j] = _finish(graphs[j][0], graphs[j][1], [part[k] for part in parts], iterations,
+                                 bool(residual[k] < config.tolerance), float(residual[k]), tape, repeats.settled)
+        running &= ~stop
+        if not running.any():
             break
+        if 2 * running.sum() <= len(present):  # shrink the stack once half of it has stopped (the others'
+            keep = np.flatnonzero(running)     # updates in between are wasted, but change no result)
+            packed = [f.take(m, keep) for f, m in zip(families, packed, strict=True)]
+            b = b.reshape(len(present), -1)[keep].reshape(-1)
+            probability = probability.reshape(len(present), -1)[keep].reshape(-1)
+            present, running = present[keep], running[keep]
+            families = _stack([graphs[int(j)] for j in present])
+    return results  # type: ignore[return-value]
+
+
+def _packed(family: FactorFamily, messages: Messages | None) -> np.ndarray:
+    """The family's packed starting messages: ``messages``, or ``initial()`` when None."""
+    return family.initial_packed() if messages is None else family.pack(messages)
+
+
+def _finish(families: Sequence[FactorFamily], valid: np.ndarray, packed: Sequence[np.ndarray], iterations: int,
+            converged: bool, residual: float, tape: list[list[Messages]], settled: Iterable[int]) -> BPResult:
+    """One sentence's ``BPResult`` from its final packed messages."""
     total = _beliefs(families, packed, valid.size)  # afresh: b carries the rounding of every update
     messages = [f.unpack(m) for f, m in zip(families, packed, strict=True)]
     incoming = [f.unpack(f.gather_flat(total) - m) for f, m in zip(families, packed, strict=True)]
     log_odds = np.where(valid, total.reshape(valid.shape), -np.inf)
     beliefs = expit(log_odds)  # 0 where no variable (log-odds -inf)
-    return BPResult(beliefs, log_odds, messages, incoming, iterations, converged, residual, tape,
-                    frozenset(repeats.settled))
+    return BPResult(beliefs, log_odds, messages, incoming, iterations, converged, residual, tape, frozenset(settled))

@@ -33,7 +33,8 @@ from scipy.linalg import lapack
 
 from engine.inference.tree_elimination import eliminate_log_partition, eliminate_marginals
 
-__all__ = ["matrix_tree_log_partition", "matrix_tree_marginals", "matrix_tree_word_marginals"]
+__all__ = ["matrix_tree_log_partition", "matrix_tree_marginals", "matrix_tree_word_marginals",
+           "matrix_tree_word_marginals_many"]
 
 
 def _check(scores: np.ndarray) -> np.ndarray:
@@ -198,6 +199,57 @@ def _solve_one(s: np.ndarray, single_root: bool) -> tuple[np.ndarray, np.ndarray
     return marg, shift, u
 
 
+def _solve_many(s: np.ndarray, single_root: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``_solve_one`` for a stack of sentences of one length: word columns ``s`` (B, n+1, n) -> (word marginals
+    (B, n+1, n), ok (B,)), with one ``np.linalg.inv`` for the stack and no log Z. Only the reciprocal
+    condition number is tested: above ``_MIN_RCOND`` the LU determinant is accurate to many digits, so
+    its sign is the true one (positive: det K is a sum of tree weights), which ``_lu_one`` tests
+    separately. Raises ``np.linalg.LinAlgError`` if some K is exactly singular."""
+    count, n = s.shape[0], s.shape[-1]
+    words = np.arange(n)
+    shift = np.maximum.reduce(s, axis=1)[:, None, :]
+    a = np.exp(s - shift)
+    root, arcs = a[:, 0, :], a[:, 1:, :]
+    k = -arcs
+    heads = np.add.reduce(arcs, axis=1)
+    k[:, words, words] = heads if single_root else heads + root
+    if single_root:
+        k[:, 0, :] = root
+    g = np.linalg.inv(k.transpose(0, 2, 1))  # (K^T)^-1 = d log det K / d K
+    rcond = 1.0 / (np.abs(k).sum(axis=1).max(axis=1) * np.abs(g).sum(axis=2).max(axis=1))
+    ok = rcond > _MIN_RCOND  # also False for NaN
+    d = np.empty((count, n + 1, n))
+    d_words = d[:, 1:]
+    g_diag = g[:, words, words]
+    np.subtract(g_diag[:, None, :], g, out=d_words)
+    if single_root:
+        d_words[:, :, 0] = -g[:, :, 0]
+        d_words[:, 0, :] = g_diag
+        d_words[:, 0, 0] = 0.0
+        d[:, 0] = g[:, 0]
+    else:
+        d[:, 0] = g_diag
+    out = np.multiply(a, d, out=d)
+    np.maximum(out, 0.0, out=out)
+    out /= np.maximum(np.add.reduce(out, axis=1), _TINY)[:, None, :]
+    return out, ok
+
+
+def matrix_tree_word_marginals_many(words: np.ndarray, *, single_root: bool) -> np.ndarray:
+    """``matrix_tree_word_marginals`` for a stack of sentences of one length: ``words`` (B, n+1, n) ->
+    marginals (B, n+1, n + 1). One batched inverse for the stack; a sentence whose LU path cannot be
+    trusted takes ``matrix_tree_word_marginals`` (and its fallback) alone."""
+    try:
+        cols, ok = _solve_many(words, single_root)
+    except np.linalg.LinAlgError:  # some K exactly singular: each sentence alone
+        cols, ok = np.zeros(words.shape), np.zeros(len(words), dtype=bool)
+    marg = np.zeros((*words.shape[:2], words.shape[1]))
+    marg[:, :, 1:] = cols
+    for b in np.flatnonzero(~ok):
+        marg[b] = matrix_tree_word_marginals(words[b], single_root=single_root)
+    return marg
+
+
 def matrix_tree_log_partition(scores: np.ndarray, *, single_root: bool) -> np.ndarray | float:
     """Log partition function over non-projective trees.
 
@@ -235,7 +287,7 @@ def matrix_tree_marginals(scores: np.ndarray, *, single_root: bool) -> tuple[np.
         if one is not None:
             marg, shift, u = one
             return float(shift.sum() + np.log(np.abs(u)).sum()), marg
-    return _batch_marginals(scores, single_root)
+    return batch_marginals(scores, single_root)
 
 
 def matrix_tree_word_marginals(words: np.ndarray, *, single_root: bool) -> np.ndarray:
@@ -249,12 +301,13 @@ def matrix_tree_word_marginals(words: np.ndarray, *, single_root: bool) -> np.nd
         return one[0]
     scores = np.full((words.shape[0], words.shape[0]), -np.inf)
     scores[:, 1:] = words
-    return _batch_marginals(_check(scores), single_root)[1]
+    return batch_marginals(_check(scores), single_root)[1]
 
 
-def _batch_marginals(scores: np.ndarray, single_root: bool) -> tuple[np.ndarray | float, np.ndarray]:
+def batch_marginals(scores: np.ndarray, single_root: bool) -> tuple[np.ndarray | float, np.ndarray]:
     """``matrix_tree_marginals`` by the batched LU path, and by elimination where that path cannot be
-    trusted; one sentence (n+1, n+1) gives ``(float, (n+1, n+1))``."""
+    trusted; one sentence (n+1, n+1) gives ``(float, (n+1, n+1))``. Scores are not checked (see
+    ``matrix_tree_marginals``); BP's stacked tree factor calls this directly."""
     batch = scores[None] if scores.ndim == 2 else scores
     log_z, a, g, ok = _solve(batch, single_root)  # g[i, j] = d log det K / d K[i, j]
     marg = a * arc_derivative(g, single_root)

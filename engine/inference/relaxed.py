@@ -66,10 +66,11 @@ import numpy as np
 from engine.graph.family import ArcFamily, FactorFamily, Messages
 from engine.graph.hard import Link
 from engine.graph.pairwise import PairFamily
-from engine.inference.bp import BPConfig, BPResult, run_bp
+from engine.inference.bp import BPConfig, BPResult, run_bp_many
 
-__all__ = ["PrunedConfig", "RelaxedConfig", "RelaxedResult", "eta_bound", "factor_gain", "infer",
-           "marginal_interval", "pair_feature_expectations", "pruned_bp", "relaxed_bp"]
+__all__ = ["PrunedConfig", "RelaxedConfig", "RelaxedResult", "eta_bound", "factor_gain", "infer", "infer_many",
+           "marginal_interval", "pair_feature_expectations", "pruned_bp", "pruned_bp_many", "relaxed_bp",
+           "relaxed_bp_many"]
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ class _Settings:
 class RelaxedConfig(_Settings):
     """Rel(R, epsilon, B) of Riedel & Smith §5.2: at most ``rounds`` separation rounds (None: until no
     factor is added, R = inf), gain threshold ``epsilon``, at most ``bp_iterations`` BP iterations per
-    solve (stopping earlier when messages change by less than ``tolerance``). ``warm_start`` starts each
+    solve (stopping earlier when no belief changes by more than ``tolerance``). ``warm_start`` starts each
     solve from the previous solve's messages (new factors from uninformative ones)."""
 
     bp_iterations: int = 50
@@ -261,17 +262,25 @@ def _square_bound(t: float) -> float:
     return max((math.expm1(t) - t) / (t * t), 0.5) if t < 700.0 else math.inf
 
 
-class _SubGraph:
-    """The current sub-graph F': every non-candidate family, and the active factors of each candidate
-    family. With ``warm``, each solve starts from the messages of the previous one (factors added
-    since from uninformative ones), and families whose update would repeat the previous solve's last
-    one (``BPResult.settled``: TREE and LINK after the first, exact solve) are not updated again."""
+Graph = tuple[Sequence[FactorFamily], np.ndarray]  # one sentence's families and its valid-arc mask
 
-    def __init__(self, families: Sequence[FactorFamily], active: dict[int, np.ndarray], warm: bool) -> None:
-        self.families, self.active, self.warm = families, active, warm
+
+class _SubGraph:
+    """The current sub-graph F' of one sentence: every non-candidate family, and the active factors of
+    each candidate family. With ``warm``, each solve starts from the messages of the previous one
+    (factors added since from uninformative ones), and families whose update would repeat the previous
+    solve's last one (``BPResult.settled``: TREE and LINK after the first, exact solve) are not updated
+    again. ``_solve`` runs the solves of many sentences' sub-graphs together."""
+
+    def __init__(self, families: Sequence[FactorFamily], valid: np.ndarray, active: dict[int, np.ndarray],
+                 warm: bool) -> None:
+        self.families, self.valid, self.active, self.warm = families, valid, active, warm
         self.saved: dict[int, Messages] = {}  # per family, messages over all its factors (0 if never active)
         self.last: tuple[list[tuple[int, np.ndarray | None]], BPResult] | None = None
+        self.owners: list[tuple[int, np.ndarray | None]] = []
         self.iterations = 0
+        self.rounds = 0
+        self.eta: float | None = None
 
     def _save_last(self) -> None:
         """Fold the last solve's messages into ``saved`` (done lazily: the last solve needs no saving)."""
@@ -287,14 +296,16 @@ class _SubGraph:
                     whole[index] = part
                 self.saved[i] = full
 
-    def solve(self, valid: np.ndarray, config: BPConfig) -> BPResult:
+    def prepare(self, config: BPConfig) -> tuple[list[FactorFamily], list[Messages | None], list[int], BPConfig]:
+        """The next solve's families, their starting messages, the families already settled, and its BP
+        settings (TREE + LINK alone: one exact flooding iteration)."""
         settled: set[int] = set()
         if self.warm and self.last is not None:  # non-candidate families kept their factors and messages
             owners, last = self.last
             settled = {owners[k][0] for k in last.settled if owners[k][1] is None}
             self._save_last()
         members: list[FactorFamily] = []
-        owners = []
+        self.owners = []
         initial: list[Messages | None] = []
         for i, f in enumerate(self.families):
             index = None
@@ -306,14 +317,35 @@ class _SubGraph:
             old = self.saved.get(i) if self.warm else None
             initial.append(None if old is None else old if index is None else tuple(m[index] for m in old))
             members.append(f)
-            owners.append((i, index))
+            self.owners.append((i, index))
         if all(isinstance(f, Link) for f in members[1:]) and isinstance(members[0], ArcFamily):
             config = BPConfig(max_iterations=1, schedule="flooding", clip=config.clip)  # one arc factor + LINK: exact
-        result = run_bp(members, valid, config, initial=initial,
-                        settled=[k for k, (i, _) in enumerate(owners) if i in settled])
+        return members, initial, [k for k, (i, _) in enumerate(self.owners) if i in settled], config
+
+    def record(self, result: BPResult) -> BPResult:
+        """Keep the solve's result (for the next warm start) and count its iterations."""
         self.iterations += result.iterations
-        self.last = (owners, result) if self.warm else None
+        self.last = (self.owners, result) if self.warm else None
         return result
+
+    def separate(self, beliefs: np.ndarray, epsilon: float) -> int:
+        """One separation round of Algorithm 1: add every left-out factor whose gain (Prop. 1) under
+        ``beliefs`` exceeds ``epsilon``; returns how many were added. If none was, ``eta`` (Prop. 2) over
+        the factors left out is summed from the same expectations."""
+        self.rounds += 1
+        added, scored = 0, []
+        for i, active in self.active.items():
+            fam: PairFamily = self.families[i]  # type: ignore[assignment]
+            out = np.flatnonzero(~active) if active.any() else None  # None: every factor is a candidate
+            mu = pair_feature_expectations(fam, beliefs, out)
+            theta = fam.theta if out is None else fam.theta[out]
+            new = _gain_exceeds(mu, theta, epsilon)
+            active[new if out is None else out[new]] = True
+            added += len(new)
+            scored.append((mu, theta))
+        if not added:  # the left-out factors are exactly those just scored, under the final beliefs
+            self.eta = sum((eta_bound(mu, theta) for mu, theta in scored), 0.0)
+        return added
 
     def left_out_eta(self, beliefs: np.ndarray) -> float:
         """Prop. 2's eta over the factors left out, from ``beliefs``: per factor ``|theta| (1 - mu~)`` as in
@@ -329,14 +361,27 @@ class _SubGraph:
             eta += float(np.maximum(w, 0.0).sum() - np.dot(w * b_a, b_b))
         return eta
 
-    def finish(self, result: BPResult, method: str, rounds: int, eta: float, start: float) -> RelaxedResult:
+    def finish(self, result: BPResult, method: str, seconds: float) -> RelaxedResult:
         used = sum(int(m.sum()) for m in self.active.values())
         total = sum(len(m) for m in self.active.values())
+        eta = self.left_out_eta(result.beliefs) if self.eta is None else self.eta
         return RelaxedResult(result.beliefs, result.log_odds, result.messages, result.incoming, self.iterations,
                              result.converged, result.residual, result.tape, result.settled, method=method,
-                             rounds=rounds, factors_used=used, factors_total=total, eta=eta,
-                             seconds=time.perf_counter() - start,
+                             rounds=self.rounds, factors_used=used, factors_total=total, eta=eta, seconds=seconds,
                              selected={self.families[i].name: m for i, m in self.active.items()})
+
+
+def _solve(graphs: Sequence[_SubGraph], config: BPConfig) -> list[BPResult]:
+    """Solve every sub-graph with BP, all at once (``run_bp_many`` stacks those of one length)."""
+    jobs = [g.prepare(config) for g in graphs]
+    results: list[BPResult | None] = [None] * len(graphs)
+    for bp in dict.fromkeys(job[3] for job in jobs):  # the settings of this solve (one, but for odd graphs)
+        which = [j for j, job in enumerate(jobs) if job[3] == bp]
+        out = run_bp_many([(jobs[j][0], graphs[j].valid) for j in which], bp, initial=[jobs[j][1] for j in which],
+                          settled=[jobs[j][2] for j in which])
+        for j, result in zip(which, out, strict=True):
+            results[j] = graphs[j].record(result)
+    return results  # type: ignore[return-value]
 
 
 def relaxed_bp(families: Sequence[FactorFamily], valid: np.ndarray,
@@ -349,42 +394,43 @@ def relaxed_bp(families: Sequence[FactorFamily], valid: np.ndarray,
     screened by a bound, ``_gain_exceeds``). The result's ``eta`` is Prop. 2's bound over the factors
     still left out, from the final beliefs.
     """
+    return relaxed_bp_many([(families, valid)], config)[0]
+
+
+def relaxed_bp_many(graphs: Sequence[Graph], config: RelaxedConfig = RelaxedConfig()) -> list[RelaxedResult]:
+    """``relaxed_bp`` on each sentence of ``graphs``: the same controller per sentence (each sentence runs
+    its own rounds, until it adds no factor or R rounds have run), with each round's BP solves stacked
+    (``run_bp_many``). ``seconds`` is the time of the whole call divided among the sentences."""
     start = time.perf_counter()
-    cand = _candidates(families)
-    graph = _SubGraph(families, {i: np.zeros(families[i].size, dtype=bool) for i in cand}, config.warm_start)
-    result = graph.solve(valid, config.bp)
-    rounds, eta = 0, None
-    while config.rounds is None or rounds < config.rounds:
+    subs = [_SubGraph(f, v, {i: np.zeros(f[i].size, dtype=bool) for i in _candidates(f)},  # type: ignore[attr-defined]
+                      config.warm_start) for f, v in graphs]
+    results = _solve(subs, config.bp)
+    running = list(range(len(subs)))
+    rounds = 0
+    while running and (config.rounds is None or rounds < config.rounds):
         rounds += 1
-        added, scored = 0, []
-        for i in cand:
-            fam: PairFamily = families[i]  # type: ignore[assignment]
-            active = graph.active[i]
-            out = np.flatnonzero(~active) if active.any() else None  # None: every factor is a candidate
-            mu = pair_feature_expectations(fam, result.beliefs, out)
-            theta = fam.theta if out is None else fam.theta[out]
-            new = _gain_exceeds(mu, theta, config.epsilon)
-            active[new if out is None else out[new]] = True
-            added += len(new)
-            scored.append((mu, theta))
-        if not added:  # the left-out factors are exactly those just scored, under the final beliefs
-            eta = sum((eta_bound(mu, theta) for mu, theta in scored), 0.0)
-            break
-        result = graph.solve(valid, config.bp)
-    if eta is None:
-        eta = graph.left_out_eta(result.beliefs)
-    return graph.finish(result, "relaxed", rounds, eta, start)
+        running = [j for j in running if subs[j].separate(results[j].beliefs, config.epsilon)]
+        for j, result in zip(running, _solve([subs[j] for j in running], config.bp), strict=True):
+            results[j] = result
+    seconds = (time.perf_counter() - start) / max(len(subs), 1)
+    return [g.finish(r, "relaxed", seconds) for g, r in zip(subs, results, strict=True)]
 
 
 def pruned_bp(families: Sequence[FactorFamily], valid: np.ndarray,
               config: PrunedConfig = PrunedConfig()) -> RelaxedResult:
     """Pruned(t), Riedel & Smith §5.3: BP over the graph without the soft pairwise factors whose weight
     has |theta| < t; ``eta`` (Prop. 2) over the dropped factors from the final beliefs."""
+    return pruned_bp_many([(families, valid)], config)[0]
+
+
+def pruned_bp_many(graphs: Sequence[Graph], config: PrunedConfig = PrunedConfig()) -> list[RelaxedResult]:
+    """``pruned_bp`` on each sentence of ``graphs``, the BP runs stacked (``run_bp_many``)."""
     start = time.perf_counter()
-    active = {i: np.abs(families[i].theta) >= config.threshold for i in _candidates(families)}  # type: ignore
-    graph = _SubGraph(families, active, warm=False)
-    result = graph.solve(valid, config.bp)
-    return graph.finish(result, "pruned", 0, graph.left_out_eta(result.beliefs), start)
+    subs = [_SubGraph(f, v, {i: np.abs(f[i].theta) >= config.threshold for i in _candidates(f)},  # type: ignore
+                      warm=False) for f, v in graphs]
+    results = _solve(subs, config.bp)
+    seconds = (time.perf_counter() - start) / max(len(subs), 1)
+    return [g.finish(r, "pruned", seconds) for g, r in zip(subs, results, strict=True)]
 
 
 InferenceConfig = BPConfig | RelaxedConfig | PrunedConfig
@@ -392,8 +438,13 @@ InferenceConfig = BPConfig | RelaxedConfig | PrunedConfig
 
 def infer(families: Sequence[FactorFamily], valid: np.ndarray, config: InferenceConfig) -> BPResult:
     """Full BP, relaxed BP or pruned BP on one sentence's factor graph, by the type of ``config``."""
+    return infer_many([(families, valid)], config)[0]
+
+
+def infer_many(graphs: Sequence[Graph], config: InferenceConfig) -> list[BPResult]:
+    """``infer`` on each sentence of ``graphs``, the BP runs of sentences of one length stacked."""
     if isinstance(config, RelaxedConfig):
-        return relaxed_bp(families, valid, config)
+        return relaxed_bp_many(graphs, config)  # type: ignore[return-value]
     if isinstance(config, PrunedConfig):
-        return pruned_bp(families, valid, config)
-    return run_bp(families, valid, config)
+        return pruned_bp_many(graphs, config)  # type: ignore[return-value]
+    return run_bp_many(graphs, config)

@@ -24,17 +24,19 @@ from tqdm import tqdm
 from engine.bp_parser import BPParser
 from engine.data.batching import length_batches
 from engine.graph.build import SentenceGraph
-from engine.inference.bp import BPConfig, run_bp
+from engine.inference.bp import BPConfig, BPResult, run_bp, run_bp_many
 from engine.training.cll import TrainConfig, TrainResult, usable_trees
 
 log = logging.getLogger(__name__)
 
 
 def surrogate_gradient_terms(
-    graph: SentenceGraph, gold_heads: np.ndarray, config: BPConfig
+    graph: SentenceGraph, gold_heads: np.ndarray, config: BPConfig, result: BPResult | None = None
 ) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
-    """Run BP; return (-sum log b(gold head), feature indices, their gradient weights)."""
-    result = run_bp(graph.families, graph.valid, config)
+    """Run BP (unless its ``result`` is given); return (-sum log b(gold head), feature indices, their
+    gradient weights)."""
+    if result is None:
+        result = run_bp(graph.families, graph.valid, config)
     n1 = graph.n + 1
     y = np.zeros((n1, n1))
     y[gold_heads[1:], np.arange(1, n1)] = 1.0
@@ -91,11 +93,13 @@ def train_surrogate(
                           disable=not progress):
                 batch = [sents[i] for i in groups[g]]
                 idx, val = [], []
-                for i, graph, _ in parser.graphs(batch, gold=True, batch_size=len(batch)):
-                    loss, ii, vv = surrogate_gradient_terms(graph, batch[i].heads, bp)
-                    total += loss
-                    idx += ii
-                    val += vv
+                for graphs in parser.graph_batches(batch, gold=True, batch_size=len(batch)):
+                    results = run_bp_many([(graph.families, graph.valid) for _, graph, _ in graphs], bp)
+                    for (i, graph, _), result in zip(graphs, results, strict=True):
+                        loss, ii, vv = surrogate_gradient_terms(graph, batch[i].heads, bp, result)
+                        total += loss
+                        idx += ii
+                        val += vv
                 grad = np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=dim)
                 grad[0] = 0.0
                 grad += config.l2 * (len(batch) / len(sents)) * w
