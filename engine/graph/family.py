@@ -57,6 +57,17 @@ class FactorFamily(ABC):
             return parts[0]
         raise NotImplementedError(f"the {cls.__name__} factor family cannot be stacked")
 
+    @property
+    def count(self) -> int:
+        """Sentences in the family: 1, or the stack's size."""
+        return 1 if self.bounds is None else len(self.bounds) - 1
+
+    def sentences(self, keep: np.ndarray) -> FactorFamily:
+        """The stack of the sentences ``keep`` (ascending indices) of this stack."""
+        if self.bounds is None and list(keep) == [0]:
+            return self
+        raise NotImplementedError(f"the {type(self).__name__} factor family cannot be stacked")
+
     def split(self, packed: np.ndarray) -> list[np.ndarray]:
         """A stack's packed messages as one array per sentence (copies)."""
         if self.bounds is None:
@@ -66,22 +77,16 @@ class FactorFamily(ABC):
 
     def take(self, packed: np.ndarray, keep: np.ndarray) -> np.ndarray:
         """The packed messages of the stack's sentences ``keep`` (ascending indices), for the stack of
-        those sentences."""
-        assert self.bounds is not None
-        return np.concatenate([packed[..., self.bounds[j]:self.bounds[j + 1]] for j in keep], axis=-1)
-
-    def sentence_change(self, delta: np.ndarray) -> np.ndarray:
-        """The largest absolute entry of a packed message change ``delta`` per sentence of the stack,
-        (B,), 0 for a sentence without messages here."""
+        those sentences (``sentences``)."""
         if self.bounds is None:
-            return np.array([float(np.maximum.reduce(np.abs(delta), axis=None, initial=0.0))])
-        starts, ends = self.bounds[:-1], self.bounds[1:]
-        filled = starts < ends
-        out = np.zeros(len(starts))
-        if filled.any():
-            flat = np.abs(delta) if delta.ndim == 1 else np.abs(delta).max(axis=tuple(range(delta.ndim - 1)))
-            out[filled] = np.maximum.reduceat(flat, starts[filled])
-        return out
+            return packed
+        b = self.bounds
+        return np.concatenate([packed[..., b[j]:b[j + 1]] for j in keep], axis=-1)
+
+    def unpack_part(self, part: np.ndarray) -> Messages:
+        """One sentence's messages (``unpack`` of its own family) from its part of a stack's packed
+        messages (``split``)."""
+        return self.unpack(part)
 
     @abstractmethod
     def gather(self, arc: np.ndarray) -> Messages:
@@ -174,11 +179,14 @@ class ArcFamily(FactorFamily):
     def unpack(self, flat: np.ndarray) -> Messages:
         return (flat.reshape(self.valid.shape),)
 
-    def _stacked(self, parts: Sequence[ArcFamily]) -> None:
-        """Stack bookkeeping of an arc family made from ``parts``: the stacked ``valid`` (B, n+1, n+1) and
-        the bounds of each sentence's (n+1)^2 messages."""
-        FactorFamily.__init__(self, parts[0].n, np.stack([p.valid for p in parts]))
-        self.bounds = np.arange(len(parts) + 1) * parts[0].valid.size
+    def _stacked(self, n: int, valid: np.ndarray) -> None:
+        """Stack bookkeeping of an arc family over the sentences of ``valid`` (B, n+1, n+1): the bounds of
+        each sentence's (n+1)^2 messages."""
+        FactorFamily.__init__(self, n, valid)
+        self.bounds = np.arange(len(valid) + 1) * (n + 1) ** 2
+
+    def unpack_part(self, part: np.ndarray) -> Messages:
+        return (part.reshape(self.n + 1, self.n + 1),)
 
     def gather_flat(self, beliefs: np.ndarray) -> np.ndarray:
         return beliefs

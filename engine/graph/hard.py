@@ -30,10 +30,20 @@ class Link(ArcFamily):
     def stack(cls, parts: Sequence[FactorFamily]) -> FactorFamily:
         if len(parts) == 1:
             return parts[0]
+        return cls._stack_of(parts[0].n, np.stack([p.valid for p in parts]),
+                             np.stack([p.theta for p in parts]))  # type: ignore[attr-defined]
+
+    @classmethod
+    def _stack_of(cls, n: int, valid: np.ndarray, theta: np.ndarray) -> Link:
         out = object.__new__(cls)
-        out._stacked(parts)  # type: ignore[arg-type]
-        out.theta = np.stack([p.theta for p in parts])  # type: ignore[attr-defined]
+        out._stacked(n, valid)
+        out.theta = theta
         return out
+
+    def sentences(self, keep: np.ndarray) -> FactorFamily:
+        if self.bounds is None:
+            return super().sentences(keep)
+        return self._stack_of(self.n, self.valid[keep], self.theta[keep])
 
     def propagate(self, incoming: Messages) -> Messages:
         return (self.theta,)

@@ -21,8 +21,8 @@ O(1) per factor, computed for the whole family at once. For finite weights BP ev
 (the second from ``1 + e^(r + theta) = e^theta (e^-theta + e^r)``): a log1p of a non-negative number,
 so exact to rounding, with one sigmoid and one log1p per message where the two softplus terms take two
 exponentials and two logarithms. ``expm1(|theta|)``, the sign and ``min(theta, 0)`` are computed once per
-family; weights of 700 or more (whose ``expm1`` would overflow) and the hard ``-inf`` keep the softplus
-form.
+family, at its first update; weights of 700 or more (whose ``expm1`` would overflow) and the hard
+``-inf`` keep the softplus form.
 """
 
 from __future__ import annotations
@@ -76,19 +76,28 @@ class PairFamily(FactorFamily):
         theta.flags.writeable = False
         self._theta = theta
         self._bound = float(np.abs(theta).max(initial=0.0))
-        self._expm1: np.ndarray | None = None  # the log1p kernel's constants (None: the softplus form)
-        if self._bound < _LOG1P_LIMIT:
-            self._expm1 = np.expm1(np.abs(theta))
-            self._sign = np.where(theta < 0.0, -1.0, 1.0)
-            self._floor = np.minimum(theta, 0.0)
+        self._constants: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def _kernel(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The log1p kernel's constants ``(expm1|theta|, sign, min(theta, 0))``, computed on first use; None
+        where a weight is 700 or more, or -inf (the softplus form)."""
+        if self._constants is None and self._bound < _LOG1P_LIMIT:
+            theta = self._theta
+            self._constants = (np.expm1(np.abs(theta)), np.where(theta < 0.0, -1.0, 1.0), np.minimum(theta, 0.0))
+        return self._constants
 
     def _index(self, a: np.ndarray, b: np.ndarray) -> None:
-        """Flat arc indices of both slots concatenated, ``_ab``, and of each slot (views): packed messages
-        are the rows ``[to_a, to_b]`` of one (2, F) array (``pack``), so one gather, one kernel call and one
-        scatter serve both slots."""
-        self._ab = np.concatenate([a, b])
-        self._a, self._b = self._ab[: len(a)], self._ab[len(a):]
-        self._rows = self._ab.reshape(2, -1)  # packed layout: row 0 slot a, row 1 slot b
+        """Flat arc indices of both slots (F,) each."""
+        self._joined(np.concatenate([a, b]))
+
+    def _joined(self, ab: np.ndarray) -> None:
+        """Flat arc indices of both slots concatenated, ``_ab`` (2F,), and of each slot (views): packed
+        messages are the rows ``[to_a, to_b]`` of one (2, F) array (``pack``), so one gather, one kernel
+        call and one scatter serve both slots."""
+        self._ab = ab
+        half = len(ab) // 2
+        self._a, self._b = ab[:half], ab[half:]
+        self._rows = ab.reshape(2, -1)  # packed layout: row 0 slot a, row 1 slot b
 
     stackable = True
 
@@ -104,18 +113,35 @@ class PairFamily(FactorFamily):
         out.name = fams[0].name
         out._theta = np.concatenate([f.theta for f in fams])
         out._bound = max(f._bound for f in fams)
-        out._expm1 = None
-        if all(f._expm1 is not None for f in fams):
-            out._expm1 = np.concatenate([f._expm1 for f in fams])  # type: ignore[misc]
-            out._sign = np.concatenate([f._sign for f in fams])
-            out._floor = np.concatenate([f._floor for f in fams])
+        out._constants = None
         size = fams[0]._size
         out._size = size * len(fams)
-        offsets = [j * size for j in range(len(fams))]
-        out._index(np.concatenate([f._a + o for f, o in zip(fams, offsets, strict=True)]),
-                   np.concatenate([f._b + o for f, o in zip(fams, offsets, strict=True)]))
-        out.bounds = np.concatenate([[0], np.cumsum([f.size for f in fams])])
+        sizes = np.array([f.size for f in fams])
+        ab = np.concatenate([f._a for f in fams] + [f._b for f in fams])
+        offsets = np.repeat(np.arange(len(fams)) * size, sizes)
+        ab += np.concatenate([offsets, offsets])
+        out._joined(ab)
+        out.bounds = np.concatenate([[0], np.cumsum(sizes)])
         return out
+
+    def sentences(self, keep: np.ndarray) -> FactorFamily:
+        """The factors of the stack's sentences ``keep`` (ascending), arc indices shifted to their new
+        places in the stack; O(F)."""
+        if self.bounds is None:
+            return super().sentences(keep)
+        counts = np.diff(self.bounds)
+        index = np.concatenate([np.arange(self.bounds[j], self.bounds[j + 1]) for j in keep]) if len(keep) else \
+            np.zeros(0, dtype=np.intp)
+        out = self.select(index)
+        shift = np.repeat((np.asarray(keep) - np.arange(len(keep))) * ((self.n + 1) ** 2), counts[keep])
+        out._index(out._a - shift, out._b - shift)
+        out._size = len(keep) * (self.n + 1) ** 2
+        out.valid = self.valid[keep]
+        out.bounds = np.concatenate([[0], np.cumsum(counts[keep])])
+        return out
+
+    def unpack_part(self, part: np.ndarray) -> Messages:
+        return part[0], part[1]
 
     @property
     def ah(self) -> np.ndarray:
@@ -139,19 +165,21 @@ class PairFamily(FactorFamily):
         return len(self.theta)
 
     def select(self, index: np.ndarray) -> PairFamily:
-        """The factors ``index`` (integer indices or a boolean mask over the F factors) as a family of
-        their own, in the same order; the flat arc indices are sliced, not recomputed. O(|index|).
-        Relaxed inference (Riedel & Smith 2010 §4.2) builds its sub-graphs this way."""
+        """The factors ``index`` (ascending integer indices, or a boolean mask over the F factors) as a
+        family of their own, in the same order; the flat arc indices are sliced, not recomputed.
+        O(|index|). Relaxed inference (Riedel & Smith 2010 §4.2) builds its sub-graphs this way; a
+        selection from a stack is a stack of the same sentences."""
         sub = object.__new__(PairFamily)
         FactorFamily.__init__(sub, self.n, self.valid)
         sub.name = self.name
         sub._theta = self.theta[index]
         sub._bound = self._bound
-        sub._expm1 = None if self._expm1 is None else self._expm1[index]
-        if sub._expm1 is not None:
-            sub._sign, sub._floor = self._sign[index], self._floor[index]
+        sub._constants = None if self._constants is None else tuple(c[index] for c in self._constants)  # type: ignore
         sub._size = self._size
         sub._index(self._a[index], self._b[index])
+        if self.bounds is not None:
+            positions = np.flatnonzero(index) if np.asarray(index).dtype == bool else np.asarray(index)
+            sub.valid, sub.bounds = self.valid, np.searchsorted(positions, self.bounds)
         return sub
 
     def message_bound(self) -> float:
@@ -193,13 +221,15 @@ class PairFamily(FactorFamily):
         other link's incoming log-odds, ``to_a = softplus(r_b + theta) - softplus(r_b)``, so the kernel runs
         once over both (swapped) rows. Finite weights take the log1p form of the module docstring, in place
         on one new array; others the softplus difference."""
-        if self._expm1 is None:
+        constants = self._kernel()
+        if constants is None:
             return (softplus(incoming + self.theta) - softplus(incoming))[::-1].copy()
-        out = incoming[::-1] * self._sign  # the other link's log-odds, negated where theta < 0
+        expm1, sign, floor = constants
+        out = incoming[::-1] * sign  # the other link's log-odds, negated where theta < 0
         expit(out, out=out)
-        out *= self._expm1
+        out *= expm1
         np.log1p(out, out=out)
-        out += self._floor
+        out += floor
         return out
 
     def vjp(self, incoming: Messages, grad_out: Messages) -> tuple[Messages, np.ndarray | None]:

@@ -37,19 +37,14 @@ def _complement(mu: np.ndarray) -> np.ndarray:
     column's other entries for its largest entry (the only one that can exceed 1/2), ``1 - mu`` (at
     least about 1/2, so exact to rounding) for the rest. Equal to ``_exclusive_sum(mu)`` up to rounding
     in fewer array operations. ``mu`` (n+1, n+1), or (B, n+1, n+1) for a stack of sentences."""
-    if mu.ndim == 3:
-        top = mu.argmax(axis=1)[:, None, :]
-        others = mu.copy()
-        np.put_along_axis(others, top, 0.0, axis=1)
-        rest = 1.0 - mu
-        np.put_along_axis(rest, top, np.add.reduce(others, axis=1)[:, None, :], axis=1)
-        return rest
-    columns = mu.shape[1]
-    top = mu.argmax(axis=0) * columns + np.arange(columns)  # flat index of each column's largest entry
+    columns = mu.shape[-1]
+    top = mu.argmax(axis=-2) * columns + np.arange(columns)  # flat index of each column's largest entry
+    if mu.ndim == 3:  # a stack: offset by sentence
+        top = (top + (np.arange(len(mu)) * mu[0].size)[:, None]).reshape(-1)
     others = mu.copy()
     others.put(top, 0.0)
     rest = 1.0 - mu
-    rest.put(top, np.add.reduce(others, axis=0))
+    rest.put(top, np.add.reduce(others, axis=-2))
     return rest
 
 
@@ -80,12 +75,8 @@ class Tree(ArcFamily):
         the marginals of all of them at once, by the batched Matrix-Tree path (PTREE: Eisner per sentence)."""
         if len(parts) == 1:
             return parts[0]
-        first: Tree = parts[0]  # type: ignore[assignment]
-        out = object.__new__(_TreeStack)
-        out._stacked(parts)  # type: ignore[arg-type]
-        out.projective, out.single_root, out.name = first.projective, first.single_root, first.name
-        out._words = np.stack([p._words for p in parts])  # type: ignore[attr-defined]
-        return out
+        trees: list[Tree] = list(parts)  # type: ignore[arg-type]
+        return _TreeStack.of(trees[0], np.stack([t.valid for t in trees]), np.stack([t._words for t in trees]))
 
     def marginals(self, incoming: Messages) -> tuple[float, np.ndarray]:
         """``(log Z, mu)`` of the tree distribution with edge weights exp(incoming log-odds)."""
@@ -143,6 +134,17 @@ class Tree(ArcFamily):
 
 class _TreeStack(Tree):
     """``Tree.stack``: the tree factor of B sentences of one length; ``valid`` (B, n+1, n+1)."""
+
+    @classmethod
+    def of(cls, like: Tree, valid: np.ndarray, words: np.ndarray) -> _TreeStack:
+        out = object.__new__(cls)
+        out._stacked(like.n, valid)
+        out.projective, out.single_root, out.name = like.projective, like.single_root, like.name
+        out._words = words
+        return out
+
+    def sentences(self, keep: np.ndarray) -> FactorFamily:
+        return self.of(self, self.valid[keep], self._words[keep])
 
     def propagate_flat(self, incoming: np.ndarray) -> np.ndarray:
         r = incoming.reshape(self.valid.shape)

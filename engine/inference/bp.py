@@ -178,39 +178,34 @@ def run_bp(families: Sequence[FactorFamily], valid: np.ndarray, config: BPConfig
 
     Messages are kept packed (one array per family) and the flat beliefs are updated in place
     after each stage by the scattered *change* of its families' messages, one scatter per update. Cost
-    per iteration: one update per family and visit, less the repeats (``Repeats``)."""
-    return _run([(families, valid)], config, [initial], settled, visits)[0]
+    per iteration: one update per family and visit, less the repeats (``Repeats``) and the visits of
+    families without factors."""
+    starts = initial if initial is not None else [None] * len(families)
+    packed = [_packed(f, m) for f, m in zip(families, starts, strict=True)]
+    fresh = [i for i, m in enumerate(starts) if m is None]
+    return run_stack(list(families), valid, config, packed, settled, fresh, visits).results()[0]
 
 
 # Stacks hold at most about this many messages (arcs plus pairwise factors): larger arrays fall out of the
 # CPU's caches, and long sentences gain nothing from stacking (their updates are already large).
 STACK_MESSAGES = 1 << 16
 
+Graph = tuple[Sequence[FactorFamily], np.ndarray]  # one sentence's families and its valid-arc mask
 
-def run_bp_many(graphs: Sequence[tuple[Sequence[FactorFamily], np.ndarray]], config: BPConfig = BPConfig(), *,
-                initial: Sequence[Sequence[Messages | None] | None] | None = None,
-                settled: Sequence[Iterable[int]] | None = None,
-                stack_messages: int = STACK_MESSAGES) -> list[BPResult]:
-    """``run_bp`` on each ``(families, valid)`` of ``graphs`` (with its ``initial`` and ``settled``), in order.
 
-    Graphs of one sentence length with the same family classes and the same ``settled`` are stacked
-    (``FactorFamily.stack``), up to about ``stack_messages`` messages per stack, and run together:
-    every update is one set of array operations for the whole stack, and each sentence stops on its own
-    test (its residual below ``config.tolerance``, or ``max_iterations``), exactly as
-    alone; the stack then shrinks to the sentences still running. The results are ``run_bp``'s up to
-    rounding (a stack of tree factors takes the batched Matrix-Tree kernel). Graphs with a family that
-    cannot be stacked run alone."""
-    count = len(graphs)
-    starts = list(initial) if initial is not None else [None] * count
-    done = [tuple(s) for s in settled] if settled is not None else [()] * count
+def stack_chunks(graphs: Sequence[Graph], keys: Sequence[object] | None = None,
+                 stack_messages: int = STACK_MESSAGES) -> list[list[int]]:
+    """Groups of ``graphs`` (indices, in order) that can run as one stack: one sentence length, the same
+    family classes (all stackable) and the same ``keys``, at most about ``stack_messages`` messages (arcs
+    plus factors) per group; a graph with a family that cannot be stacked is a group of its own."""
     groups: dict[tuple[object, ...], list[int]] = {}
     for j, (families, valid) in enumerate(graphs):
         if all(f.stackable for f in families):
-            key: tuple[object, ...] = (valid.shape, tuple((type(f), f.name) for f in families), done[j])
+            key: tuple[object, ...] = (valid.shape, tuple((type(f), f.name) for f in families),
+                                       None if keys is None else keys[j])
         else:
             key = (j,)
         groups.setdefault(key, []).append(j)
-    results: list[BPResult | None] = [None] * count
     chunks: list[list[int]] = []
     for members in groups.values():
         size = stack_messages
@@ -222,79 +217,42 @@ def run_bp_many(graphs: Sequence[tuple[Sequence[FactorFamily], np.ndarray]], con
                 size = 0
             chunks[-1].append(j)
             size += messages
-    for chunk in chunks:
-        out = _run([graphs[j] for j in chunk], config, [starts[j] for j in chunk], done[chunk[0]])
-        for j, result in zip(chunk, out, strict=True):
-            results[j] = result
-    return results  # type: ignore[return-value]
+    return chunks
 
 
-def _stack(graphs: Sequence[tuple[Sequence[FactorFamily], np.ndarray]]) -> list[FactorFamily]:
-    """The families of ``graphs`` stacked family by family (one graph: its own families)."""
+def stack_graphs(graphs: Sequence[Graph]) -> tuple[list[FactorFamily], np.ndarray]:
+    """The families of equal-length ``graphs`` stacked family by family (``FactorFamily.stack``) and their
+    valid masks (B, n+1, n+1); one graph: its own families and mask."""
     if len(graphs) == 1:
-        return list(graphs[0][0])
-    return [type(parts[0]).stack(parts) for parts in zip(*(g[0] for g in graphs), strict=True)]
+        return list(graphs[0][0]), graphs[0][1]
+    families = [type(parts[0]).stack(parts) for parts in zip(*(g[0] for g in graphs), strict=True)]
+    return families, np.stack([g[1] for g in graphs])
 
 
-def _run(graphs: Sequence[tuple[Sequence[FactorFamily], np.ndarray]], config: BPConfig,
-         initial: Sequence[Sequence[Messages | None] | None], settled: Iterable[int] = (),
-         visits: list[list[tuple[int, np.ndarray, np.ndarray]]] | None = None) -> list[BPResult]:
-    """BP on a stack of graphs (one graph: plain ``run_bp``), each sentence stopping on its own test."""
-    if len(graphs) > 1 and (visits is not None or config.keep_tape):
-        raise ValueError("a tape of BP's updates needs one sentence at a time (run_bp)")
-    families = _stack(graphs)
-    starts: list[Sequence[Messages | None]] = [s if s is not None else [None] * len(families) for s in initial]
-    packed = [np.concatenate([_packed(g[0][i], s[i]) for g, s in zip(graphs, starts, strict=True)], axis=-1)
-              if len(graphs) > 1 else _packed(f, starts[0][i]) for i, f in enumerate(families)]
-    size = sum(g[1].size for g in graphs)
-    b = _beliefs(families, packed, size)
-    tape: list[list[Messages]] = []
-    clips = [not f.message_bound() + 1.0 < config.clip for f in families]  # False: the clip would be a no-op
-    fresh = [i for i, c in enumerate(clips) if not c and all(s[i] is None for s in starts)]
-    repeats = Repeats(families, config, settled, fresh)
-    plan = stages(len(families), config.schedule)
-    probability = expit(b)  # the beliefs b(L = 1), flat over the stack (0.5 off the variables)
-    present = np.arange(len(graphs))  # the stack's sentences, as indices into graphs
-    running = np.ones(len(graphs), dtype=bool)  # per sentence of the stack: not yet stopped
-    results: list[BPResult | None] = [None] * len(graphs)
-    for iterations in range(1, config.max_iterations + 1):
-        for stage in plan:
-            pending = repeats.pending(stage)
-            if not pending:
-                continue
-            done = [_visit(families[i], b, packed[i], config, clips[i]) for i in pending]  # all read b
-            changes = []
-            for i, (_, _, new) in zip(pending, done, strict=True):
-                delta = new - packed[i]
-                changes.append(_change(delta) if i in repeats.constant else np.inf)  # only a constant one's counts
-                b += families[i].scatter_flat(delta)
-                packed[i] = new
-            repeats.record(pending, changes)
-            if visits is not None:
-                visits.append([(i, incoming, raw) for i, (incoming, raw, _) in zip(pending, done, strict=True)])
-        updated = expit(b)
-        residual = np.maximum.reduce(np.abs(updated - probability).reshape(len(present), -1), axis=1)
-        probability = updated
-        if config.keep_tape:
-            tape.append([f.unpack(m) for f, m in zip(families, packed, strict=True)])
-        stop = running & ((residual < config.tolerance) | (iterations == config.max_iterations))
-        if not stop.any():
-            continue
-        parts = [f.split(m) if len(present) > 1 else [m] for f, m in zip(families, packed, strict=True)]
-        for k in np.flatnonzero(stop):
-            j = present[k]
-            results[j] = _finish(graphs[j][0], graphs[j][1], [part[k] for part in parts], iterations,
-                                 bool(residual[k] < config.tolerance), float(residual[k]), tape, repeats.settled)
-        running &= ~stop
-        if not running.any():
-            break
-        if 2 * running.sum() <= len(present):  # shrink the stack once half of it has stopped (the others'
-            keep = np.flatnonzero(running)     # updates in between are wasted, but change no result)
-            packed = [f.take(m, keep) for f, m in zip(families, packed, strict=True)]
-            b = b.reshape(len(present), -1)[keep].reshape(-1)
-            probability = probability.reshape(len(present), -1)[keep].reshape(-1)
-            present, running = present[keep], running[keep]
-            families = _stack([graphs[int(j)] for j in present])
+def run_bp_many(graphs: Sequence[Graph], config: BPConfig = BPConfig(), *,
+                initial: Sequence[Sequence[Messages | None] | None] | None = None,
+                settled: Sequence[Iterable[int]] | None = None,
+                stack_messages: int = STACK_MESSAGES) -> list[BPResult]:
+    """``run_bp`` on each ``(families, valid)`` of ``graphs`` (with its ``initial`` and ``settled``), in order.
+
+    Graphs of one sentence length with the same family classes and the same ``settled`` are stacked
+    (``stack_chunks``, ``FactorFamily.stack``) and run together (``run_stack``): every update is one set
+    of array operations for the whole stack, and each sentence stops on its own test (its residual
+    below ``config.tolerance``, or ``max_iterations``), exactly as alone. The results are ``run_bp``'s up
+    to rounding (a stack of tree factors takes the batched Matrix-Tree kernel)."""
+    count = len(graphs)
+    starts = list(initial) if initial is not None else [None] * count
+    done = [tuple(s) for s in settled] if settled is not None else [()] * count
+    results: list[BPResult | None] = [None] * count
+    for chunk in stack_chunks(graphs, done, stack_messages):
+        families, valid = stack_graphs([graphs[j] for j in chunk])
+        parts = [[None] * len(families) if starts[j] is None else starts[j] for j in chunk]
+        packed = [np.concatenate([_packed(graphs[j][0][i], part[i]) for j, part in zip(chunk, parts, strict=True)],
+                                 axis=-1) for i in range(len(families))]
+        fresh = [i for i in range(len(families)) if all(part[i] is None for part in parts)]
+        for j, result in zip(chunk, run_stack(families, valid, config, packed, done[chunk[0]], fresh).results(),
+                             strict=True):
+            results[j] = result
     return results  # type: ignore[return-value]
 
 
@@ -303,12 +261,133 @@ def _packed(family: FactorFamily, messages: Messages | None) -> np.ndarray:
     return family.initial_packed() if messages is None else family.pack(messages)
 
 
-def _finish(families: Sequence[FactorFamily], valid: np.ndarray, packed: Sequence[np.ndarray], iterations: int,
-            converged: bool, residual: float, tape: list[list[Messages]], settled: Iterable[int]) -> BPResult:
-    """One sentence's ``BPResult`` from its final packed messages."""
-    total = _beliefs(families, packed, valid.size)  # afresh: b carries the rounding of every update
-    messages = [f.unpack(m) for f, m in zip(families, packed, strict=True)]
-    incoming = [f.unpack(f.gather_flat(total) - m) for f, m in zip(families, packed, strict=True)]
-    log_odds = np.where(valid, total.reshape(valid.shape), -np.inf)
-    beliefs = expit(log_odds)  # 0 where no variable (log-odds -inf)
-    return BPResult(beliefs, log_odds, messages, incoming, iterations, converged, residual, tape, frozenset(settled))
+@dataclass
+class StackResult:
+    """BP's final state on a stack of sentences (one sentence: a stack of one): the stack's families and
+    valid mask, each family's packed messages (every sentence's as they were when it stopped), and per
+    sentence the iterations run, whether it converged and its last residual."""
+
+    families: list[FactorFamily]
+    valid: np.ndarray  # (n+1, n+1), or (B, n+1, n+1) for a stack
+    packed: list[np.ndarray]
+    iterations: np.ndarray
+    converged: np.ndarray
+    residual: np.ndarray
+    settled: frozenset[int]
+    tape: list[list[Messages]]
+
+    def log_odds(self) -> np.ndarray:
+        """Belief log-odds afresh from the messages, flat over the stack (0 off the variables): ``b`` of
+        the BP loop carries the rounding of every update."""
+        return _beliefs(self.families, self.packed, self.valid.size)
+
+    def beliefs(self) -> np.ndarray:
+        """``b(L[h, m] = true)`` shaped like ``valid``; 0 where no variable."""
+        return np.where(self.valid, expit(self.log_odds().reshape(self.valid.shape)), 0.0)
+
+    def results(self) -> list[BPResult]:
+        """One ``BPResult`` per sentence of the stack."""
+        total = self.log_odds()
+        valid = self.valid.reshape(-1, *self.valid.shape[-2:])
+        log_odds = np.where(valid, total.reshape(valid.shape), -np.inf)
+        beliefs = expit(log_odds)  # 0 where no variable (log-odds -inf)
+        stacked = self.valid.ndim == 3
+        messages = [f.split(m) if stacked else [m] for f, m in zip(self.families, self.packed, strict=True)]
+        incoming = [f.gather_flat(total) - m for f, m in zip(self.families, self.packed, strict=True)]
+        incoming_parts = [f.split(m) if stacked else [m] for f, m in zip(self.families, incoming, strict=True)]
+        unpack = [f.unpack_part if stacked else f.unpack for f in self.families]
+        out = []
+        for j in range(len(valid)):
+            out.append(BPResult(beliefs[j], log_odds[j], [u(m[j]) for u, m in zip(unpack, messages, strict=True)],
+                                [u(m[j]) for u, m in zip(unpack, incoming_parts, strict=True)],
+                                int(self.iterations[j]), bool(self.converged[j]), float(self.residual[j]),
+                                self.tape, self.settled))
+        return out
+
+
+def run_stack(families: list[FactorFamily], valid: np.ndarray, config: BPConfig, packed: list[np.ndarray],
+              settled: Iterable[int] = (), fresh: Iterable[int] = (),
+              visits: list[list[tuple[int, np.ndarray, np.ndarray]]] | None = None) -> StackResult:
+    """BP on a stack of sentences (``FactorFamily.stack``; ``valid`` (B, n+1, n+1), or one sentence's
+    families and (n+1, n+1) mask) from the packed messages ``packed``, each sentence stopping on its own
+    test; the stack shrinks to the sentences still running once half of it has stopped (the others'
+    updates in between are wasted but change no result). ``fresh``: the families whose messages start
+    at ``initial()``. A tape (``visits``, ``keep_tape``) needs a single sentence."""
+    count = 1 if valid.ndim == 2 else len(valid)
+    if count > 1 and (visits is not None or config.keep_tape):
+        raise ValueError("a tape of BP's updates needs one sentence at a time (run_bp)")
+    packed = list(packed)
+    b = _beliefs(families, packed, valid.size)
+    tape: list[list[Messages]] = []
+    clips = [not f.message_bound() + 1.0 < config.clip for f in families]  # False: the clip would be a no-op
+    repeats = Repeats(families, config, settled, [i for i in fresh if not clips[i]])
+    plan = [[i for i in stage if _has_messages(families[i])] for stage in stages(len(families), config.schedule)]
+    final: list[list[np.ndarray]] = [[] for _ in families]  # per family, each stopped sentence's messages
+    order: list[int] = []  # the sentences in the order they stopped
+    iterations, residuals = np.zeros(count, dtype=int), np.zeros(count)
+    probability = expit(b)  # the beliefs b(L = 1), flat over the stack (0.5 off the variables)
+    present = np.arange(count)  # the stack's sentences, as indices into the original stack
+    running = np.ones(count, dtype=bool)  # per sentence of the stack: not yet stopped
+    current = families
+    for iteration in range(1, config.max_iterations + 1):
+        for stage in plan:
+            pending = repeats.pending(stage)
+            if not pending:
+                continue
+            done = [_visit(current[i], b, packed[i], config, clips[i]) for i in pending]  # all read b
+            changes = []
+            for i, (_, _, new) in zip(pending, done, strict=True):
+                delta = new - packed[i]
+                changes.append(_change(delta) if i in repeats.constant else np.inf)  # only a constant one's counts
+                b += current[i].scatter_flat(delta)
+                packed[i] = new
+            repeats.record(pending, changes)
+            if visits is not None:
+                visits.append([(i, incoming, raw) for i, (incoming, raw, _) in zip(pending, done, strict=True)])
+        updated = expit(b)
+        residual = np.maximum.reduce(np.abs(updated - probability).reshape(len(present), -1), axis=1)
+        probability = updated
+        if config.keep_tape:
+            tape.append([f.unpack(m) for f, m in zip(current, packed, strict=True)])
+        stop = running & ((residual < config.tolerance) | (iteration == config.max_iterations))
+        if not stop.any():
+            continue
+        stopped = np.flatnonzero(stop)
+        for i, (f, m) in enumerate(zip(current, packed, strict=True)):
+            final[i].append(f.take(m, stopped) if len(present) > 1 else m.copy())
+        order.extend(present[stopped].tolist())
+        iterations[present[stopped]] = iteration
+        residuals[present[stopped]] = residual[stopped]
+        running &= ~stop
+        if not running.any():
+            break
+        if 2 * running.sum() <= len(present):  # shrink the stack to the sentences still running
+            keep = np.flatnonzero(running)
+            packed = [f.take(m, keep) for f, m in zip(current, packed, strict=True)]
+            current = [f.sentences(keep) for f in current]
+            b = b.reshape(len(present), -1)[keep].reshape(-1)
+            probability = probability.reshape(len(present), -1)[keep].reshape(-1)
+            present, running = present[keep], running[keep]
+    packed = [_in_order(f, parts, order) for f, parts in zip(families, final, strict=True)]
+    return StackResult(families, valid, packed, iterations, residuals < config.tolerance, residuals,
+                       frozenset(repeats.settled), tape)
+
+
+def _has_messages(family: FactorFamily) -> bool:
+    """False for a family without factors (an empty selection): its visits change nothing and are skipped
+    (it keeps its place in the schedule, so the other families' order does not depend on it)."""
+    return getattr(family, "size", 1) > 0
+
+
+def _in_order(family: FactorFamily, parts: list[np.ndarray], order: list[int]) -> np.ndarray:
+    """A family's packed messages of a whole stack from the parts of the sentences as they stopped (each
+    part the messages of the sentences ``order`` lists, in turn)."""
+    if len(order) == 1:
+        return parts[0]
+    joined = np.concatenate(parts, axis=-1)
+    bounds = family.bounds
+    assert bounds is not None
+    sizes = np.diff(bounds)[order]
+    starts = np.concatenate([[0], np.cumsum(sizes)])[np.argsort(order)]
+    return np.concatenate([joined[..., a:a + sizes_j] for a, sizes_j in zip(starts, np.diff(bounds), strict=True)],
+                          axis=-1)

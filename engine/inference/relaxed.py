@@ -63,10 +63,20 @@ from typing import Any
 
 import numpy as np
 
-from engine.graph.family import ArcFamily, FactorFamily, Messages
+from engine.graph.family import ArcFamily, FactorFamily
 from engine.graph.hard import Link
 from engine.graph.pairwise import PairFamily
-from engine.inference.bp import BPConfig, BPResult, run_bp_many
+from engine.inference.bp import (
+    STACK_MESSAGES,
+    BPConfig,
+    BPResult,
+    Graph,
+    StackResult,
+    run_bp_many,
+    run_stack,
+    stack_chunks,
+    stack_graphs,
+)
 
 __all__ = ["PrunedConfig", "RelaxedConfig", "RelaxedResult", "eta_bound", "factor_gain", "infer", "infer_many",
            "marginal_interval", "pair_feature_expectations", "pruned_bp", "pruned_bp_many", "relaxed_bp",
@@ -262,126 +272,181 @@ def _square_bound(t: float) -> float:
     return max((math.expm1(t) - t) / (t * t), 0.5) if t < 700.0 else math.inf
 
 
-Graph = tuple[Sequence[FactorFamily], np.ndarray]  # one sentence's families and its valid-arc mask
+def _segment_sums(values: np.ndarray, cuts: np.ndarray) -> np.ndarray:
+    """Sums of ``values[cuts[j]:cuts[j + 1]]`` per segment j (0 for an empty one); ``cuts`` ascending."""
+    out = np.zeros(len(cuts) - 1)
+    filled = cuts[:-1] < cuts[1:]
+    if filled.any():
+        out[filled] = np.add.reduceat(values, cuts[:-1][filled])
+    return out
 
 
-class _SubGraph:
-    """The current sub-graph F' of one sentence: every non-candidate family, and the active factors of
-    each candidate family. With ``warm``, each solve starts from the messages of the previous one
-    (factors added since from uninformative ones), and families whose update would repeat the previous
-    solve's last one (``BPResult.settled``: TREE and LINK after the first, exact solve) are not updated
-    again. ``_solve`` runs the solves of many sentences' sub-graphs together."""
+def _bounds(family: FactorFamily) -> np.ndarray:
+    """Each sentence's factors ``[bounds[j], bounds[j + 1])`` of a (stacked) pair family."""
+    return family.bounds if family.bounds is not None else np.array([0, family.size])  # type: ignore[attr-defined]
 
-    def __init__(self, families: Sequence[FactorFamily], valid: np.ndarray, active: dict[int, np.ndarray],
+
+class _Stack:
+    """The current sub-graphs F' of a stack of sentences (``engine.graph.family``; one sentence is a stack
+    of one): every non-candidate family, and the active factors of each candidate family. Each solve runs
+    all the stack's sub-graphs together (``run_stack``), and each separation round scores all their
+    candidates at once. With ``warm``, each solve starts from the messages of the previous one (factors
+    added since from uninformative ones), and families whose update would repeat the previous solve's
+    last one (``StackResult.settled``: TREE and LINK after the first, exact solve) are not updated again.
+    Sentences leave the stack when their controller stops (``keep``); per-sentence diagnostics are kept
+    by their index in the original stack (``ids``)."""
+
+    def __init__(self, families: list[FactorFamily], valid: np.ndarray, active: dict[int, np.ndarray],
                  warm: bool) -> None:
         self.families, self.valid, self.active, self.warm = families, valid, active, warm
-        self.saved: dict[int, Messages] = {}  # per family, messages over all its factors (0 if never active)
-        self.last: tuple[list[tuple[int, np.ndarray | None]], BPResult] | None = None
-        self.owners: list[tuple[int, np.ndarray | None]] = []
-        self.iterations = 0
-        self.rounds = 0
-        self.eta: float | None = None
+        count = 1 if valid.ndim == 2 else len(valid)
+        self.ids = np.arange(count)
+        self.saved: dict[int, np.ndarray] = {}  # per family, packed messages over all its factors (0: never active)
+        self.last: tuple[list[np.ndarray | None], StackResult] | None = None
+        self.settled: frozenset[int] = frozenset()
+        self.iterations = np.zeros(count, dtype=int)
+        self.rounds = np.zeros(count, dtype=int)
+        self.eta = np.full(count, np.nan)
+
+    @property
+    def count(self) -> int:
+        return len(self.ids)
 
     def _save_last(self) -> None:
         """Fold the last solve's messages into ``saved`` (done lazily: the last solve needs no saving)."""
         if self.last is None:
             return
         owners, result = self.last
-        for (i, index), msgs in zip(owners, result.messages, strict=True):
+        for i, (index, packed) in enumerate(zip(owners, result.packed, strict=True)):
             if index is None:
-                self.saved[i] = msgs
+                self.saved[i] = packed
             else:
-                full = self.saved.get(i) or tuple(np.zeros(self.families[i].size) for _ in msgs)  # type: ignore
-                for whole, part in zip(full, msgs, strict=True):
-                    whole[index] = part
+                full = self.saved.get(i)
+                if full is None:
+                    full = np.zeros((*packed.shape[:-1], self.families[i].size))  # type: ignore[attr-defined]
+                full[..., index] = packed
                 self.saved[i] = full
+        self.settled = frozenset(i for i in result.settled if owners[i] is None)
+        self.last = None
 
-    def prepare(self, config: BPConfig) -> tuple[list[FactorFamily], list[Messages | None], list[int], BPConfig]:
-        """The next solve's families, their starting messages, the families already settled, and its BP
-        settings (TREE + LINK alone: one exact flooding iteration)."""
-        settled: set[int] = set()
-        if self.warm and self.last is not None:  # non-candidate families kept their factors and messages
-            owners, last = self.last
-            settled = {owners[k][0] for k in last.settled if owners[k][1] is None}
+    def solve(self, config: BPConfig) -> StackResult:
+        """BP on the current sub-graphs (TREE + LINK alone: exact in one flooding iteration)."""
+        if self.warm:
             self._save_last()
         members: list[FactorFamily] = []
-        self.owners = []
-        initial: list[Messages | None] = []
+        owners: list[np.ndarray | None] = []
+        packed: list[np.ndarray] = []
+        fresh = []
         for i, f in enumerate(self.families):
             index = None
             if i in self.active:
                 index = np.flatnonzero(self.active[i])
-                if not len(index):
-                    continue
                 f = f.select(index)  # type: ignore[attr-defined]
             old = self.saved.get(i) if self.warm else None
-            initial.append(None if old is None else old if index is None else tuple(m[index] for m in old))
+            if old is None:
+                fresh.append(i)
+                packed.append(f.initial_packed())
+            else:
+                packed.append(old if index is None else old[..., index])
             members.append(f)
-            self.owners.append((i, index))
-        if all(isinstance(f, Link) for f in members[1:]) and isinstance(members[0], ArcFamily):
+            owners.append(index)
+        if isinstance(members[0], ArcFamily) and all(isinstance(f, Link) or getattr(f, "size", 1) == 0
+                                                     for f in members[1:]):
             config = BPConfig(max_iterations=1, schedule="flooding", clip=config.clip)  # one arc factor + LINK: exact
-        return members, initial, [k for k, (i, _) in enumerate(self.owners) if i in settled], config
-
-    def record(self, result: BPResult) -> BPResult:
-        """Keep the solve's result (for the next warm start) and count its iterations."""
-        self.iterations += result.iterations
-        self.last = (self.owners, result) if self.warm else None
+        result = run_stack(members, self.valid, config, packed, self.settled if self.warm else (), fresh)
+        self.iterations[self.ids] += result.iterations
+        self.last = (owners, result) if self.warm else None
         return result
 
-    def separate(self, beliefs: np.ndarray, epsilon: float) -> int:
-        """One separation round of Algorithm 1: add every left-out factor whose gain (Prop. 1) under
-        ``beliefs`` exceeds ``epsilon``; returns how many were added. If none was, ``eta`` (Prop. 2) over
-        the factors left out is summed from the same expectations."""
-        self.rounds += 1
-        added, scored = 0, []
+    def separate(self, result: StackResult, epsilon: float) -> np.ndarray:
+        """One separation round of Algorithm 1 for every sentence: add every left-out factor whose gain
+        (Prop. 1) under the solve's beliefs exceeds ``epsilon``; returns how many each sentence added. For a
+        sentence that added none, ``eta`` (Prop. 2) over its factors left out is summed from the same
+        expectations."""
+        self.rounds[self.ids] += 1
+        beliefs = result.beliefs().reshape(-1)
+        added = np.zeros(self.count, dtype=int)
+        scored = []
         for i, active in self.active.items():
             fam: PairFamily = self.families[i]  # type: ignore[assignment]
-            out = np.flatnonzero(~active) if active.any() else None  # None: every factor is a candidate
-            mu = pair_feature_expectations(fam, beliefs, out)
-            theta = fam.theta if out is None else fam.theta[out]
-            new = _gain_exceeds(mu, theta, epsilon)
-            active[new if out is None else out[new]] = True
-            added += len(new)
-            scored.append((mu, theta))
-        if not added:  # the left-out factors are exactly those just scored, under the final beliefs
-            self.eta = sum((eta_bound(mu, theta) for mu, theta in scored), 0.0)
+            every = not active.any()
+            out = np.arange(len(active)) if every else np.flatnonzero(~active)
+            mu = pair_feature_expectations(fam, beliefs, None if every else out)
+            theta = fam.theta if every else fam.theta[out]
+            new = out[_gain_exceeds(mu, theta, epsilon)]
+            active[new] = True
+            added += np.diff(np.searchsorted(new, _bounds(fam)))
+            scored.append((np.searchsorted(out, _bounds(fam)), mu, theta))
+        none = added == 0
+        if none.any():  # the left-out factors are exactly those just scored, under the final beliefs
+            eta = np.zeros(self.count)
+            for cuts, mu, theta in scored:
+                t, m = _positive(mu, theta)  # eta_bound's terms, per factor
+                eta += _segment_sums(t * (1.0 - m), cuts)
+            self.eta[self.ids[none]] = eta[none]
         return added
 
-    def left_out_eta(self, beliefs: np.ndarray) -> float:
-        """Prop. 2's eta over the factors left out, from ``beliefs``: per factor ``|theta| (1 - mu~)`` as in
-        ``eta_bound``, written ``max(theta, 0) - theta mu`` (the same number). Summed over every factor
-        with the weights of the factors in the graph set to 0 (each then adds 0), so that the sum is a
-        plain sum and a dot product over the family, with no subset copied out."""
-        eta = 0.0
-        flat = beliefs.reshape(-1)
+    def left_out_eta(self, result: StackResult) -> np.ndarray:
+        """Prop. 2's eta per sentence over the factors left out, from the solve's beliefs: per factor
+        ``|theta| (1 - mu~)`` as in ``eta_bound``, written ``max(theta, 0) - theta mu`` (the same number), with
+        the weights of the factors in the graph set to 0 (each then adds 0)."""
+        beliefs = result.beliefs().reshape(-1)
+        eta = np.zeros(self.count)
         for i, mask in self.active.items():
             fam: PairFamily = self.families[i]  # type: ignore[assignment]
             w = np.where(mask, 0.0, fam.theta)
-            b_a, b_b = fam.unpack(fam.gather_flat(flat))
-            eta += float(np.maximum(w, 0.0).sum() - np.dot(w * b_a, b_b))
+            b_a, b_b = fam.unpack(fam.gather_flat(beliefs))
+            eta += _segment_sums(np.maximum(w, 0.0) - w * b_a * b_b, _bounds(fam))
         return eta
 
-    def finish(self, result: BPResult, method: str, seconds: float) -> RelaxedResult:
-        used = sum(int(m.sum()) for m in self.active.values())
-        total = sum(len(m) for m in self.active.values())
-        eta = self.left_out_eta(result.beliefs) if self.eta is None else self.eta
-        return RelaxedResult(result.beliefs, result.log_odds, result.messages, result.incoming, self.iterations,
-                             result.converged, result.residual, result.tape, result.settled, method=method,
-                             rounds=self.rounds, factors_used=used, factors_total=total, eta=eta, seconds=seconds,
-                             selected={self.families[i].name: m for i, m in self.active.items()})
+    def finish(self, result: StackResult, which: np.ndarray, method: str, out: list[RelaxedResult | None]) -> None:
+        """The results of the stack's sentences ``which`` (a mask), from the solve that ended them."""
+        if not which.any():
+            return
+        if np.isnan(self.eta[self.ids[which]]).any():
+            eta = self.left_out_eta(result)
+            self.eta[self.ids[which]] = np.where(np.isnan(self.eta[self.ids[which]]), eta[which],
+                                                 self.eta[self.ids[which]])
+        used = np.zeros(self.count, dtype=int)
+        total = np.zeros(self.count, dtype=int)
+        selected: dict[str, list[np.ndarray]] = {}
+        for i, mask in self.active.items():
+            fam = self.families[i]
+            bounds = _bounds(fam)
+            used += _segment_sums(mask.astype(float), bounds).astype(int)
+            total += np.diff(bounds)
+            selected[fam.name] = fam.split(mask) if fam.bounds is not None else [mask.copy()]
+        results = result.results()
+        for k in np.flatnonzero(which):
+            j = self.ids[k]
+            r = results[k]
+            out[j] = RelaxedResult(r.beliefs, r.log_odds, r.messages, r.incoming, int(self.iterations[j]),
+                                   r.converged, r.residual, r.tape, r.settled, method=method,
+                                   rounds=int(self.rounds[j]), factors_used=int(used[k]), factors_total=int(total[k]),
+                                   eta=float(self.eta[j]),
+                                   selected={name: masks[k] for name, masks in selected.items()})
+
+    def keep(self, which: np.ndarray) -> None:
+        """Continue with the stack's sentences ``which`` (a mask) only."""
+        keep = np.flatnonzero(which)
+        if len(keep) == self.count or not len(keep):
+            return
+        if self.warm:
+            self._save_last()
+        self.active = {i: self.families[i].take(m, keep) for i, m in self.active.items()}
+        self.saved = {i: self.families[i].take(m, keep) for i, m in self.saved.items()}
+        self.families = [f.sentences(keep) for f in self.families]
+        self.valid, self.ids = self.valid[keep], self.ids[keep]
 
 
-def _solve(graphs: Sequence[_SubGraph], config: BPConfig) -> list[BPResult]:
-    """Solve every sub-graph with BP, all at once (``run_bp_many`` stacks those of one length)."""
-    jobs = [g.prepare(config) for g in graphs]
-    results: list[BPResult | None] = [None] * len(graphs)
-    for bp in dict.fromkeys(job[3] for job in jobs):  # the settings of this solve (one, but for odd graphs)
-        which = [j for j, job in enumerate(jobs) if job[3] == bp]
-        out = run_bp_many([(jobs[j][0], graphs[j].valid) for j in which], bp, initial=[jobs[j][1] for j in which],
-                          settled=[jobs[j][2] for j in which])
-        for j, result in zip(which, out, strict=True):
-            results[j] = graphs[j].record(result)
-    return results  # type: ignore[return-value]
+# Relaxed inference stacks up to this many messages of the *full* graphs: BP runs on their small sub-graphs,
+# and the full families are only read in the separation rounds, once each.
+RELAXED_STACK_MESSAGES = 1 << 21
+
+
+def _stacks(graphs: Sequence[Graph], limit: int) -> list[tuple[list[int], list[FactorFamily], np.ndarray]]:
+    """The stacks the graphs run in (``stack_chunks``): (indices, stacked families, valid)."""
+    return [(chunk, *stack_graphs([graphs[j] for j in chunk])) for chunk in stack_chunks(graphs, stack_messages=limit)]
 
 
 def relaxed_bp(families: Sequence[FactorFamily], valid: np.ndarray,
@@ -398,22 +463,40 @@ def relaxed_bp(families: Sequence[FactorFamily], valid: np.ndarray,
 
 
 def relaxed_bp_many(graphs: Sequence[Graph], config: RelaxedConfig = RelaxedConfig()) -> list[RelaxedResult]:
-    """``relaxed_bp`` on each sentence of ``graphs``: the same controller per sentence (each sentence runs
-    its own rounds, until it adds no factor or R rounds have run), with each round's BP solves stacked
-    (``run_bp_many``). ``seconds`` is the time of the whole call divided among the sentences."""
+    """``relaxed_bp`` on each sentence of ``graphs``: the controller runs each stack of sentences of one
+    length together (``_Stack``), each sentence with its own rounds (it leaves the stack when it adds no
+    factor; at most R rounds). ``seconds`` is the time of the whole call divided among the sentences."""
     start = time.perf_counter()
-    subs = [_SubGraph(f, v, {i: np.zeros(f[i].size, dtype=bool) for i in _candidates(f)},  # type: ignore[attr-defined]
-                      config.warm_start) for f, v in graphs]
-    results = _solve(subs, config.bp)
-    running = list(range(len(subs)))
-    rounds = 0
-    while running and (config.rounds is None or rounds < config.rounds):
-        rounds += 1
-        running = [j for j in running if subs[j].separate(results[j].beliefs, config.epsilon)]
-        for j, result in zip(running, _solve([subs[j] for j in running], config.bp), strict=True):
-            results[j] = result
-    seconds = (time.perf_counter() - start) / max(len(subs), 1)
-    return [g.finish(r, "relaxed", seconds) for g, r in zip(subs, results, strict=True)]
+    out: list[RelaxedResult | None] = [None] * len(graphs)
+    for chunk, families, valid in _stacks(graphs, RELAXED_STACK_MESSAGES):
+        active = {i: np.zeros(families[i].size, dtype=bool) for i in _candidates(families)}  # type: ignore
+        stack = _Stack(families, valid, active, config.warm_start)
+        part: list[RelaxedResult | None] = [None] * len(chunk)
+        result = stack.solve(config.bp)
+        rounds = 0
+        while True:
+            if config.rounds is not None and rounds == config.rounds:  # R rounds have run
+                stack.finish(result, np.ones(stack.count, dtype=bool), "relaxed", part)
+                break
+            rounds += 1
+            stop = stack.separate(result, config.epsilon) == 0
+            stack.finish(result, stop, "relaxed", part)
+            if stop.all():
+                break
+            stack.keep(~stop)
+            result = stack.solve(config.bp)
+        for j, r in zip(chunk, part, strict=True):
+            out[j] = r
+    return _timed(out, start)
+
+
+def _timed(results: list[RelaxedResult | None], start: float) -> list[RelaxedResult]:
+    """The results with ``seconds``: the time since ``start`` divided among them."""
+    seconds = (time.perf_counter() - start) / max(len(results), 1)
+    for r in results:
+        assert r is not None
+        r.seconds = seconds
+    return results  # type: ignore[return-value]
 
 
 def pruned_bp(families: Sequence[FactorFamily], valid: np.ndarray,
@@ -424,13 +507,17 @@ def pruned_bp(families: Sequence[FactorFamily], valid: np.ndarray,
 
 
 def pruned_bp_many(graphs: Sequence[Graph], config: PrunedConfig = PrunedConfig()) -> list[RelaxedResult]:
-    """``pruned_bp`` on each sentence of ``graphs``, the BP runs stacked (``run_bp_many``)."""
+    """``pruned_bp`` on each sentence of ``graphs``, the sentences of one length stacked."""
     start = time.perf_counter()
-    subs = [_SubGraph(f, v, {i: np.abs(f[i].theta) >= config.threshold for i in _candidates(f)},  # type: ignore
-                      warm=False) for f, v in graphs]
-    results = _solve(subs, config.bp)
-    seconds = (time.perf_counter() - start) / max(len(subs), 1)
-    return [g.finish(r, "pruned", seconds) for g, r in zip(subs, results, strict=True)]
+    out: list[RelaxedResult | None] = [None] * len(graphs)
+    for chunk, families, valid in _stacks(graphs, STACK_MESSAGES):
+        active = {i: np.abs(families[i].theta) >= config.threshold for i in _candidates(families)}  # type: ignore
+        stack = _Stack(families, valid, active, warm=False)
+        part: list[RelaxedResult | None] = [None] * len(chunk)
+        stack.finish(stack.solve(config.bp), np.ones(stack.count, dtype=bool), "pruned", part)
+        for j, r in zip(chunk, part, strict=True):
+            out[j] = r
+    return _timed(out, start)
 
 
 InferenceConfig = BPConfig | RelaxedConfig | PrunedConfig
@@ -442,7 +529,7 @@ def infer(families: Sequence[FactorFamily], valid: np.ndarray, config: Inference
 
 
 def infer_many(graphs: Sequence[Graph], config: InferenceConfig) -> list[BPResult]:
-    """``infer`` on each sentence of ``graphs``, the BP runs of sentences of one length stacked."""
+    """``infer`` on each sentence of ``graphs``, the sentences of one length stacked."""
     if isinstance(config, RelaxedConfig):
         return relaxed_bp_many(graphs, config)  # type: ignore[return-value]
     if isinstance(config, PrunedConfig):
