@@ -246,7 +246,7 @@ def run_bp_many(graphs: Sequence[Graph], config: BPConfig = BPConfig(), *,
     results: list[BPResult | None] = [None] * count
     for chunk in stack_chunks(graphs, done, stack_messages):
         families, valid = stack_graphs([graphs[j] for j in chunk])
-        parts = [[None] * len(families) if starts[j] is None else starts[j] for j in chunk]
+        parts: list[Sequence[Messages | None]] = [starts[j] or [None] * len(families) for j in chunk]
         packed = [np.concatenate([_packed(graphs[j][0][i], part[i]) for j, part in zip(chunk, parts, strict=True)],
                                  axis=-1) for i in range(len(families))]
         fresh = [i for i in range(len(families)) if all(part[i] is None for part in parts)]
