@@ -6,12 +6,12 @@
 
 Each run trains a first-order pruner by exact CLL (Matrix-Tree, single-root, non-projective), then, for
 every BP iteration count T and objective, a second-order model (TREE + LINK + GRAND + SIB, arcs pruned
-by and weights warm-started from the pruner) with T serial BP iterations in training, the epoch
-chosen by dev UAS at T iterations. Every objective uses the same optimiser (AdaGrad composite mirror
-descent with L2, ``engine.training.erma``): ``cll`` is surrogate CLL from BP beliefs (Smith & Eisner
-2008 §7), ``l2`` the L2 distance of beliefs to the gold tree (eq. 12), ``l2+ar`` L2 then annealed risk
-(eq. 10-11). ``--first-order`` adds first-order models trained from zero by exact CLL and by L2 on
-exact marginals (§4). ``--test`` scores each kept model once on the test split.
+by and weights warm-started from the pruner; ``--cold-start``: from zero) with T serial BP iterations
+in training, the epoch chosen by dev UAS at T iterations. Every objective uses the same optimiser
+(AdaGrad composite mirror descent with L2, ``engine.training.erma``): ``cll`` is surrogate CLL from BP
+beliefs (Smith & Eisner 2008 §7), ``l2`` the L2 distance of beliefs to the gold tree (eq. 12),
+``l2+ar`` L2 then annealed risk (eq. 10-11). ``--first-order`` adds first-order models trained from
+zero by exact CLL and by L2 on exact marginals (§4). ``--test`` scores each kept model once on the test split.
 
 Data: EWT train/dev/test; Danish and Dutch have no training split here, so they train on the first
 90% of their dev set and choose epochs on the last 10% (as Gormley et al. hold out 10% of training
@@ -98,6 +98,8 @@ def second_order(pruner: FirstOrderParser, train: list, dev: list, objective: st
                  args: argparse.Namespace) -> tuple[BPParser, dict[str, Any]]:
     templates = {f: tuple(default_second_order([f])) for f in ("grand", "sib")}
     model = BPParser.from_first_order(pruner, templates, args.second_dim, prune=True)
+    if args.cold_start:  # pruned by the first-order model, but every weight learned from zero
+        model.weights = np.zeros_like(model.weights)
     bp = BPConfig(max_iterations=iterations, schedule="serial")
     lr = args.lr_cll if objective == "cll" else args.lr_l2
 
@@ -128,6 +130,8 @@ def main() -> None:
     ap.add_argument("--pruner", help="a trained first-order model to prune with and warm-start from (e.g. "
                     "models/en_ewt-o1, trained on all of EWT train) instead of training one")
     ap.add_argument("--first-order", action="store_true", help="also first-order exact CLL vs L2 (trained from zero)")
+    ap.add_argument("--cold-start", action="store_true", help="second-order models start from zero weights instead "
+                    "of the pruner's first-order weights (still pruned by it)")
     ap.add_argument("--test", action="store_true", help="score every kept model once on the test split")
     ap.add_argument("--dim", type=int, default=1 << 22)
     ap.add_argument("--second-dim", type=int, default=1 << 21)
