@@ -89,7 +89,7 @@ class _Settings:
 
     bp_iterations: int = 10
     schedule: str = "serial"
-    tolerance: float = 1e-6
+    tolerance: float = BPConfig.tolerance
 
     @property
     def bp(self) -> BPConfig:
@@ -395,8 +395,12 @@ class _Stack:
         for i, mask in self.active.items():
             fam: PairFamily = self.families[i]  # type: ignore[assignment]
             w = np.where(mask, 0.0, fam.theta)
-            b_a, b_b = fam.unpack(fam.gather_flat(beliefs))
-            eta += _segment_sums(np.maximum(w, 0.0) - w * b_a * b_b, _bounds(fam))
+            both = fam.gather_flat(beliefs)  # (2, F): the beliefs of each factor's two links
+            term = both[0]
+            term *= both[1]  # mu
+            term *= w
+            np.subtract(np.maximum(w, 0.0, out=w), term, out=term)
+            eta += _segment_sums(term, _bounds(fam))
         return eta
 
     def finish(self, result: StackResult, which: np.ndarray, method: str, out: list[RelaxedResult | None]) -> None:
