@@ -287,7 +287,7 @@ def matrix_tree_marginals(scores: np.ndarray, *, single_root: bool) -> tuple[np.
         if one is not None:
             marg, shift, u = one
             return float(shift.sum() + np.log(np.abs(u)).sum()), marg
-    return batch_marginals(scores, single_root)
+    return _batch_marginals(scores, single_root)
 
 
 def matrix_tree_word_marginals(words: np.ndarray, *, single_root: bool) -> np.ndarray:
@@ -301,13 +301,12 @@ def matrix_tree_word_marginals(words: np.ndarray, *, single_root: bool) -> np.nd
         return one[0]
     scores = np.full((words.shape[0], words.shape[0]), -np.inf)
     scores[:, 1:] = words
-    return batch_marginals(_check(scores), single_root)[1]
+    return _batch_marginals(_check(scores), single_root)[1]
 
 
-def batch_marginals(scores: np.ndarray, single_root: bool) -> tuple[np.ndarray | float, np.ndarray]:
+def _batch_marginals(scores: np.ndarray, single_root: bool) -> tuple[np.ndarray | float, np.ndarray]:
     """``matrix_tree_marginals`` by the batched LU path, and by elimination where that path cannot be
-    trusted; one sentence (n+1, n+1) gives ``(float, (n+1, n+1))``. Scores are not checked (see
-    ``matrix_tree_marginals``); BP's stacked tree factor calls this directly."""
+    trusted; one sentence (n+1, n+1) gives ``(float, (n+1, n+1))``."""
     batch = scores[None] if scores.ndim == 2 else scores
     log_z, a, g, ok = _solve(batch, single_root)  # g[i, j] = d log det K / d K[i, j]
     marg = a * arc_derivative(g, single_root)
