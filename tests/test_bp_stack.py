@@ -13,10 +13,8 @@ from engine.graph.family import all_arcs as _valid
 from engine.graph.hard import Link
 from engine.graph.pairwise import PairFamily, grand_arcs, sib_arcs
 from engine.graph.tree import Tree
-from engine.inference.bp import BPConfig, run_bp, run_bp_many
+from engine.inference.bp import BPConfig, Graph, run_bp, run_bp_many
 from engine.inference.relaxed import PrunedConfig, RelaxedConfig, infer, infer_many
-
-Graph = tuple[list[FactorFamily], np.ndarray]
 
 
 def _graph(n: int, rng: np.random.Generator, *, projective: bool = False, childseq: bool = False,

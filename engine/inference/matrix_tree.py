@@ -80,25 +80,31 @@ def laplacian(a: np.ndarray, single_root: bool) -> np.ndarray:
     return k
 
 
+def _word_derivative(g: np.ndarray, single_root: bool, out: np.ndarray) -> np.ndarray:
+    """``out[..., h, m - 1] = <dK/dA[h, m], g>`` over heads 0..n x words 1..n (``out`` (..., n+1, n), with or
+    without a batch axis) for a cell-wise adjoint ``g`` (..., n, n) of the Kirchhoff matrix; the self
+    loops are left as computed (their weight is 0)."""
+    g_diag = np.diagonal(g, axis1=-2, axis2=-1)  # cell K[m, m]
+    d_words = out[..., 1:, :]  # [h - 1, m - 1]: A[h, m] enters K[m, m] (+) and K[h, m] (-)
+    np.subtract(g_diag[..., None, :], g, out=d_words)
+    if single_root:  # single-root drops K[0, 0]'s sum and row 0
+        d_words[..., :, 0] = -g[..., :, 0]
+        d_words[..., 0, :] = g_diag
+        d_words[..., 0, 0] = 0.0
+        out[..., 0, :] = g[..., 0, :]
+    else:
+        out[..., 0, :] = g_diag
+    return out
+
+
 def arc_derivative(g: np.ndarray, single_root: bool) -> np.ndarray:
     """``d[b, h, m] = <dK/dA[h, m], g[b]>`` (B, n+1, n+1; column 0 zero) for a cell-wise adjoint ``g``
     (B, n, n) of the Kirchhoff matrix: with ``g = (K^-1)^T`` it is ``d log Z / d A`` (Smith & Smith 2007
     eq. 7-13), and the marginals are ``A * d``."""
     n = g.shape[-1]
     words = np.arange(n)
-    g_diag = g[:, words, words]  # (B, n): cell K[m, m]
-    # word heads: A[h, m] enters K[m, m] (+) and K[h, m] (-); single-root drops K[0, 0]'s sum and row 0
-    d_words = g_diag[:, None, :] - g
-    if single_root:
-        d_words[:, :, 0] = -g[:, :, 0]
-        d_words[:, 0, :] = g_diag
-        d_words[:, 0, 0] = 0.0
-        d_root = g[:, 0, :]
-    else:
-        d_root = g_diag
     d = np.zeros((len(g), n + 1, n + 1))
-    d[:, 1:, 1:] = d_words
-    d[:, 0, 1:] = d_root
+    _word_derivative(g, single_root, d[:, :, 1:])
     d[:, words + 1, words + 1] = 0.0
     return d
 
@@ -180,17 +186,8 @@ def _solve_one(s: np.ndarray, single_root: bool) -> tuple[np.ndarray, np.ndarray
     if lu is None:
         return None
     g, u = lu  # g = d log det K / d K
-    d = np.empty((n + 1, n))  # d log Z / d A over heads 0..n x words 1..n: the marginals are A * d
-    d_words = d[1:]  # [h - 1, m - 1]: A[h, m] enters K[m, m] (+) and K[h, m] (-)
-    g_diag = g.diagonal()
-    np.subtract(g_diag, g, out=d_words)
-    if single_root:
-        d_words[:, 0] = -g[:, 0]
-        d_words[0] = g_diag
-        d_words[0, 0] = 0.0
-        d[0] = g[0]
-    else:
-        d[0] = g_diag
+    # d log Z / d A over heads 0..n x words 1..n: the marginals are A * d
+    d = _word_derivative(g, single_root, np.empty((n + 1, n)))
     words = np.multiply(a, d, out=d)
     np.maximum(words, 0.0, out=words)  # then no entry exceeds its column's sum: no clip at 1 is needed
     words /= np.maximum(np.add.reduce(words, axis=0), _TINY)
@@ -205,30 +202,13 @@ def _solve_many(s: np.ndarray, single_root: bool) -> tuple[np.ndarray, np.ndarra
     condition number is tested: above ``_MIN_RCOND`` the LU determinant is accurate to many digits, so
     its sign is the true one (positive: det K is a sum of tree weights), which ``_lu_one`` tests
     separately. Raises ``np.linalg.LinAlgError`` if some K is exactly singular."""
-    count, n = s.shape[0], s.shape[-1]
-    words = np.arange(n)
     shift = np.maximum.reduce(s, axis=1)[:, None, :]
     a = np.exp(s - shift)
-    root, arcs = a[:, 0, :], a[:, 1:, :]
-    k = -arcs
-    heads = np.add.reduce(arcs, axis=1)
-    k[:, words, words] = heads if single_root else heads + root
-    if single_root:
-        k[:, 0, :] = root
+    k = laplacian(a, single_root)
     g = np.linalg.inv(k.transpose(0, 2, 1))  # (K^T)^-1 = d log det K / d K
     rcond = 1.0 / (np.abs(k).sum(axis=1).max(axis=1) * np.abs(g).sum(axis=2).max(axis=1))
     ok = rcond > _MIN_RCOND  # also False for NaN
-    d = np.empty((count, n + 1, n))
-    d_words = d[:, 1:]
-    g_diag = g[:, words, words]
-    np.subtract(g_diag[:, None, :], g, out=d_words)
-    if single_root:
-        d_words[:, :, 0] = -g[:, :, 0]
-        d_words[:, 0, :] = g_diag
-        d_words[:, 0, 0] = 0.0
-        d[:, 0] = g[:, 0]
-    else:
-        d[:, 0] = g_diag
+    d = _word_derivative(g, single_root, np.empty(s.shape))
     out = np.multiply(a, d, out=d)
     np.maximum(out, 0.0, out=out)
     out /= np.maximum(np.add.reduce(out, axis=1), _TINY)[:, None, :]
