@@ -1,0 +1,183 @@
+"""Parsers on predicted tags (EWT): the experiments behind the README's "What else was tried" table.
+
+    python bench/predicted_tags.py files --out DIR
+    python bench/predicted_tags.py cold --files DIR --pruner O1 --iterations 2 --epochs 6 --out MODEL
+    python bench/predicted_tags.py score --files DIR MODEL[:T] [MODEL[:T] ...] [--soup] [--subsets]
+        [--tag-samples K --tagger PIPELINE] [--oracle]
+
+``files`` writes ``train-jk.conllu`` (EWT train with tags jackknifed over 5 folds, as the pipeline
+trains its parser) and ``dev-pred.conllu`` (EWT dev tagged by a tagger trained on all of train); the
+parser is then trained on them with ``python -m engine train --train DIR/train-jk.conllu --dev
+DIR/dev-pred.conllu --components parser ...``. ``cold`` trains a second-order model from zero weights
+(``bench/erma.py --cold-start``) on those files. ``score`` parses the predicted-tag dev set with each
+model (T BP iterations, 5 by default) and prints one JSON object of dev UAS: each model; ``--soup`` the
+model whose weights are the models' mean; the beliefs averaged over all models (``--subsets``: over
+every subset of two or more); ``--tag-samples K`` the beliefs of the weight average also averaged over
+K tag sequences sampled from the posterior of ``--tagger``'s CRF (Viterbi tags from that tagger too);
+``--oracle`` the first model given gold UPOS (XPOS predicted) and given both gold tags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import itertools
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from engine.bp_parser import BPParser  # noqa: E402
+from engine.data.batching import length_batches  # noqa: E402
+from engine.data.conllu_io import format_sentence, read_conllu, write_conllu  # noqa: E402
+from engine.decode.mbr import mbr_decode  # noqa: E402
+from engine.inference.bp import BPConfig  # noqa: E402
+from engine.inference.exact import TreeConstraint  # noqa: E402
+from engine.parser import FirstOrderParser  # noqa: E402
+from engine.text.jackknife import jackknife_tags  # noqa: E402
+from engine.text.tagger import Tagger, chain_forward_backward  # noqa: E402
+
+EWT = Path(os.environ.get("BP_PARSER_DATA", ROOT.parent / "shared" / "data")) / "ud" / "en_ewt"
+
+
+def files(args: argparse.Namespace) -> None:
+    train = read_conllu(EWT / "en_ewt-ud-train.conllu")
+    dev = read_conllu(EWT / "en_ewt-ud-dev.conllu")
+    args.out.mkdir(parents=True, exist_ok=True)
+    jk = jackknife_tags(train, folds=5, seed=0, progress=False)
+    write_conllu([format_sentence(s, upos=s.upos, xpos=s.xpos) for s in jk], args.out / "train-jk.conllu")
+    tagger = Tagger.train(train, dev=dev, seed=0)
+    for s, tagged in zip(dev, tagger.tag(dev), strict=True):
+        s.upos, s.xpos = list(tagged.upos), list(tagged.xpos)
+    write_conllu([format_sentence(s, upos=s.upos, xpos=s.xpos) for s in dev], args.out / "dev-pred.conllu")
+
+
+def cold(args: argparse.Namespace) -> None:
+    from erma import second_order
+
+    settings = argparse.Namespace(cold_start=True, second_dim=args.second_dim, lr_cll=0.05, lr_l2=0.05, l2=10.0,
+                                  epochs=args.epochs, anneal=(1.0, 0.1))
+    model, info = second_order(FirstOrderParser.load(args.pruner), read_conllu(args.files / "train-jk.conllu"),
+                               read_conllu(args.files / "dev-pred.conllu"), args.objective, args.iterations, settings)
+    model.save(args.out)
+    print(json.dumps(info))
+
+
+def _uas(heads: list[np.ndarray], gold: list) -> float:
+    correct = sum(int((h[1:] == g.heads[1:]).sum()) for h, g in zip(heads, gold, strict=True))
+    return round(100 * correct / sum(len(g.heads) - 1 for g in gold), 2)
+
+
+def _mbr(beliefs: list[np.ndarray]) -> list[np.ndarray]:
+    constraint = TreeConstraint("nonprojective", "single")
+    out = []
+    for marg in beliefs:
+        valid = np.ones_like(marg, dtype=bool)
+        valid[:, 0] = False
+        np.fill_diagonal(valid, False)
+        out.append(mbr_decode(np.where(valid, marg, -np.inf), constraint))
+    return out
+
+
+def _sampled_tags(tagger: Tagger, sentences: list, k: int, rng: np.random.Generator) -> list[list[tuple]]:
+    """k (UPOS, XPOS) sequences per sentence drawn from the CRF posterior, forward-filtering
+    backward-sampling through its pairwise marginals (left to right: p(y_t+1 | y_t) from p(y_t, y_t+1))."""
+    crf = tagger.crf
+    ids, offsets = tagger._ids(sentences)
+    lengths = [len(s.forms) for s in sentences]
+    out: list[list[tuple]] = [[] for _ in sentences]
+    for idx in length_batches(lengths, 64, max_arcs=1 << 62):
+        n = lengths[idx[0]]
+        fb = chain_forward_backward(crf.emissions(ids[offsets[idx][:, None] + np.arange(n)]), crf.transition,
+                                    pairwise="full")
+        for r, i in enumerate(idx):
+            for _ in range(k):
+                y = [rng.choice(fb.unary.shape[-1], p=fb.unary[r, 0] / fb.unary[r, 0].sum())]
+                for t in range(n - 1):
+                    row = fb.pairwise[r, t, y[-1]]
+                    y.append(rng.choice(len(row), p=row / row.sum()))
+                states = crf.states[np.array(y)]
+                out[i].append(([tagger.upos_labels[a] for a in states[:, 0]],
+                               [tagger.xpos_labels[b] for b in states[:, 1]]))
+    return out
+
+
+def score(args: argparse.Namespace) -> None:
+    gold = read_conllu(EWT / "en_ewt-ud-dev.conllu")
+    pred = read_conllu(args.files / "dev-pred.conllu")
+    specs = [(path, int(t)) for path, _, t in (m.partition(":") for m in args.models) for t in [t or 5]]
+    models = [BPParser.load(path) for path, _ in specs]
+    configs = [BPConfig(max_iterations=t, schedule="serial") for _, t in specs]
+    report: dict[str, object] = {}
+    beliefs = []
+    for (path, t), model, config in zip(specs, models, configs, strict=True):
+        parsed = model.parse(pred, config)
+        beliefs.append([p.marginals for p in parsed])
+        report[f"{path}:{t}"] = _uas([p.heads for p in parsed], gold)
+    if len(models) > 1:
+        sizes = range(2, len(models) + 1) if args.subsets else [len(models)]
+        report["belief average"] = {"+".join(str(k) for k in combo): _uas(
+            _mbr([sum(beliefs[k][j] for k in combo) / len(combo) for j in range(len(gold))]), gold)
+            for r in sizes for combo in itertools.combinations(range(len(models)), r)}
+    soup = copy.copy(models[0])
+    soup.weights = np.mean([m.weights for m in models], axis=0)
+    if args.soup:
+        report["weight average"] = _uas([p.heads for p in soup.parse(pred, configs[0])], gold)
+    if args.tag_samples:
+        from engine.pipeline import Pipeline
+
+        tagger = Pipeline.load(args.tagger).tagger
+        viterbi = copy.deepcopy(gold)
+        for s, tagged in zip(viterbi, tagger.tag(viterbi), strict=True):
+            s.upos, s.xpos = list(tagged.upos), list(tagged.xpos)
+        total = [p.marginals.copy() for p in soup.parse(viterbi, configs[0])]
+        samples = _sampled_tags(tagger, gold, args.tag_samples, np.random.default_rng(0))
+        for k in range(args.tag_samples):
+            sampled = copy.deepcopy(gold)
+            for s, tags in zip(sampled, samples, strict=True):
+                s.upos, s.xpos = list(tags[k][0]), list(tags[k][1])
+            for acc, p in zip(total, soup.parse(sampled, configs[0]), strict=True):
+                acc += p.marginals
+        report[f"weight average, {args.tag_samples} tag samples"] = _uas(_mbr(total), gold)
+    if args.oracle:
+        upos = copy.deepcopy(pred)
+        for s, g in zip(upos, gold, strict=True):
+            s.upos = list(g.upos)
+        report["gold UPOS"] = _uas([p.heads for p in models[0].parse(upos, configs[0])], gold)
+        report["gold UPOS and XPOS"] = _uas([p.heads for p in models[0].parse(gold, configs[0])], gold)
+    print(json.dumps(report))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("files", help="jackknifed train tags and predicted dev tags")
+    p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("cold", help="a second-order model from zero weights on the predicted-tag files")
+    p.add_argument("--files", type=Path, required=True)
+    p.add_argument("--pruner", required=True, help="first-order model trained on DIR/train-jk.conllu")
+    p.add_argument("--iterations", type=int, default=2)
+    p.add_argument("--objective", default="l2", choices=["cll", "l2"])
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--second-dim", type=int, default=1 << 22)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("score", help="dev UAS of models on the predicted dev tags, alone and combined")
+    p.add_argument("--files", type=Path, required=True)
+    p.add_argument("models", nargs="+", help="model directories, each optionally :T (BP iterations, default 5)")
+    p.add_argument("--soup", action="store_true")
+    p.add_argument("--subsets", action="store_true")
+    p.add_argument("--tag-samples", type=int, default=0)
+    p.add_argument("--tagger", default=str(ROOT / "models" / "en_ewt"), help="pipeline whose tagger samples tags")
+    p.add_argument("--oracle", action="store_true")
+    args = ap.parse_args()
+    {"files": files, "cold": cold, "score": score}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
