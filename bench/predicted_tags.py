@@ -4,6 +4,7 @@
     python bench/predicted_tags.py cold --files DIR --pruner O1 --iterations 2 --epochs 6 --out MODEL
     python bench/predicted_tags.py score --files DIR MODEL[:T] [MODEL[:T] ...] [--soup] [--subsets]
         [--tag-samples K --tagger PIPELINE] [--oracle]
+    python bench/predicted_tags.py labels --model PIPELINE [--samples 4 8 16 32]
 
 ``files`` writes ``train-jk.conllu`` (EWT train with tags jackknifed over 5 folds, as the pipeline
 trains its parser) and ``dev-pred.conllu`` (EWT dev tagged by a tagger trained on all of train); the
@@ -14,7 +15,10 @@ model (T BP iterations, 5 by default) and prints one JSON object of dev UAS: eac
 model whose weights are the models' mean; the beliefs averaged over all models (``--subsets``: over
 every subset of two or more); ``--tag-samples K`` the beliefs of the weight average also averaged over
 K tag sequences sampled from the posterior of ``--tagger``'s CRF (Viterbi tags from that tagger too);
-``--oracle`` the first model given gold UPOS (XPOS predicted) and given both gold tags.
+``--oracle`` the first model given gold UPOS (XPOS predicted) and given both gold tags. ``labels``
+averages a pipeline's label distributions over its tagger's best tags and K sequences sampled from the
+tagger's posterior, and prints label accuracy on the gold trees and LAS on the pipeline's own trees for
+each K (0 = the best tags only).
 """
 
 from __future__ import annotations
@@ -34,14 +38,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from engine.bp_parser import BPParser  # noqa: E402
-from engine.data.batching import length_batches  # noqa: E402
 from engine.data.conllu_io import format_sentence, read_conllu, write_conllu  # noqa: E402
 from engine.decode.mbr import mbr_decode  # noqa: E402
 from engine.inference.bp import BPConfig  # noqa: E402
 from engine.inference.exact import TreeConstraint  # noqa: E402
 from engine.parser import FirstOrderParser  # noqa: E402
 from engine.text.jackknife import jackknife_tags  # noqa: E402
-from engine.text.tagger import Tagger, chain_forward_backward  # noqa: E402
+from engine.text.tagger import Tagger  # noqa: E402
 
 EWT = Path(os.environ.get("BP_PARSER_DATA", ROOT.parent / "shared" / "data")) / "ud" / "en_ewt"
 
@@ -85,26 +88,10 @@ def _mbr(beliefs: list[np.ndarray]) -> list[np.ndarray]:
     return out
 
 
-def _sampled_tags(tagger: Tagger, sentences: list, k: int, rng: np.random.Generator) -> list[list[tuple]]:
-    """k (UPOS, XPOS) sequences per sentence drawn from the CRF posterior, forward-filtering
-    backward-sampling through its pairwise marginals (left to right: p(y_t+1 | y_t) from p(y_t, y_t+1))."""
-    crf = tagger.crf
-    ids, offsets = tagger._ids(sentences)
-    lengths = [len(s.forms) for s in sentences]
-    out: list[list[tuple]] = [[] for _ in sentences]
-    for idx in length_batches(lengths, 64, max_arcs=1 << 62):
-        n = lengths[idx[0]]
-        fb = chain_forward_backward(crf.emissions(ids[offsets[idx][:, None] + np.arange(n)]), crf.transition,
-                                    pairwise="full")
-        for r, i in enumerate(idx):
-            for _ in range(k):
-                y = [rng.choice(fb.unary.shape[-1], p=fb.unary[r, 0] / fb.unary[r, 0].sum())]
-                for t in range(n - 1):
-                    row = fb.pairwise[r, t, y[-1]]
-                    y.append(rng.choice(len(row), p=row / row.sum()))
-                states = crf.states[np.array(y)]
-                out[i].append(([tagger.upos_labels[a] for a in states[:, 0]],
-                               [tagger.xpos_labels[b] for b in states[:, 1]]))
+def _with_tags(sentences: list, tags: list[tuple[list[str], list[str]]]) -> list:
+    out = copy.deepcopy(sentences)
+    for s, (upos, xpos) in zip(out, tags, strict=True):
+        s.upos, s.xpos = list(upos), list(xpos)
     return out
 
 
@@ -132,16 +119,11 @@ def score(args: argparse.Namespace) -> None:
     if args.tag_samples:
         from engine.pipeline import Pipeline
 
-        tagger = Pipeline.load(args.tagger).tagger
-        viterbi = copy.deepcopy(gold)
-        for s, tagged in zip(viterbi, tagger.tag(viterbi), strict=True):
-            s.upos, s.xpos = list(tagged.upos), list(tagged.xpos)
+        tagged = Pipeline.load(args.tagger).tagger.tag(gold, samples=args.tag_samples)
+        viterbi = _with_tags(gold, [(t.upos, t.xpos) for t in tagged])
         total = [p.marginals.copy() for p in soup.parse(viterbi, configs[0])]
-        samples = _sampled_tags(tagger, gold, args.tag_samples, np.random.default_rng(0))
         for k in range(args.tag_samples):
-            sampled = copy.deepcopy(gold)
-            for s, tags in zip(sampled, samples, strict=True):
-                s.upos, s.xpos = list(tags[k][0]), list(tags[k][1])
+            sampled = _with_tags(gold, [t.samples[k] for t in tagged])
             for acc, p in zip(total, soup.parse(sampled, configs[0]), strict=True):
                 acc += p.marginals
         report[f"weight average, {args.tag_samples} tag samples"] = _uas(_mbr(total), gold)
@@ -151,6 +133,32 @@ def score(args: argparse.Namespace) -> None:
             s.upos = list(g.upos)
         report["gold UPOS"] = _uas([p.heads for p in models[0].parse(upos, configs[0])], gold)
         report["gold UPOS and XPOS"] = _uas([p.heads for p in models[0].parse(gold, configs[0])], gold)
+    print(json.dumps(report))
+
+
+def labels(args: argparse.Namespace) -> None:
+    """Labels averaged over the tagger's uncertainty: the pipeline's labeller applied under its tagger's best
+    tags and under each of K tag sequences sampled from the tagger's posterior, its label distributions
+    averaged; label accuracy on the gold trees and LAS on the pipeline's own trees (parsed on the best tags)."""
+    from engine.evaluation.metrics import attachment_scores
+    from engine.pipeline import Pipeline
+
+    gold = read_conllu(EWT / "en_ewt-ud-dev.conllu")
+    pipeline = Pipeline.load(args.model)
+    tagged = pipeline.tagger.tag(gold, samples=max(args.samples))
+    variants = [_with_tags(gold, [(t.upos, t.xpos) for t in tagged])]
+    variants += [_with_tags(gold, [t.samples[k] for t in tagged]) for k in range(max(args.samples))]
+    parsed = pipeline.parser.parse(variants[0], BPConfig(max_iterations=5, schedule="serial"))
+    trees = {"gold trees": [s.heads for s in gold], "parsed": [p.heads for p in parsed]}
+    report: dict[str, dict[str, float]] = {}
+    for name, heads in trees.items():
+        dists = [pipeline.labeler.distributions(v, heads) for v in variants]
+        for k in sorted({0, *args.samples}):
+            mean = [sum(d[j] for d in dists[: k + 1]) / (k + 1) for j in range(len(gold))]
+            chosen = [[pipeline.labeler.labels[i] for i in p.argmax(axis=1)] for p in mean]
+            scores = attachment_scores(gold, heads, chosen, [np.ones(len(s.forms)) for s in gold])
+            key = "label accuracy" if name == "gold trees" else "LAS"
+            report.setdefault(f"{key}, {name}", {})[str(k)] = round(scores["las"], 2)
     print(json.dumps(report))
 
 
@@ -175,8 +183,11 @@ def main() -> None:
     p.add_argument("--tag-samples", type=int, default=0)
     p.add_argument("--tagger", default=str(ROOT / "models" / "en_ewt"), help="pipeline whose tagger samples tags")
     p.add_argument("--oracle", action="store_true")
+    p = sub.add_parser("labels", help="labels averaged over tag sequences sampled from the tagger's posterior")
+    p.add_argument("--model", required=True, help="a pipeline (tagger, parser, labeller)")
+    p.add_argument("--samples", type=int, nargs="+", default=[8, 16, 32])
     args = ap.parse_args()
-    {"files": files, "cold": cold, "score": score}[args.command](args)
+    {"files": files, "cold": cold, "score": score, "labels": labels}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from engine.text.tagger import (
     Tagger,
     chain_forward_backward,
     chain_nll,
+    chain_sample,
     chain_score,
     chain_viterbi,
 )
@@ -58,6 +59,33 @@ def test_forward_backward_equals_enumeration(n: int) -> None:
         expected_counts[:t, t] += unary[-1]
     np.testing.assert_allclose(summed.pair_counts, expected_counts, atol=1e-10)
     np.testing.assert_allclose(summed.log_z, full.log_z)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_samples_follow_the_chain_distribution(n: int) -> None:
+    """Sequence frequencies of forward-filtering backward-sampling match the enumerated p(y | x)."""
+    rng = np.random.default_rng(20 + n)
+    t, b, k = 3, 2, 40_000
+    emissions = rng.normal(scale=1.5, size=(b, n, t))
+    transitions = rng.normal(scale=1.5, size=(t + 1, t + 1))
+    transitions[1, 2] = -np.inf  # a forbidden bigram is never drawn
+    samples = chain_sample(emissions, transitions, np.random.default_rng(0).random((b, k, n)))
+    assert samples.shape == (b, k, n) and samples.dtype == np.int64
+    for i in range(b):
+        seqs = np.array(list(itertools.product(range(t), repeat=n)))
+        scores = chain_score(np.repeat(emissions[i][None], len(seqs), axis=0), transitions, seqs)
+        exact = np.exp(scores - np.logaddexp.reduce(scores))
+        codes = (samples[i] * t ** np.arange(n)[::-1]).sum(axis=1)  # the row of each sample in ``seqs``
+        freq = np.bincount(codes, minlength=len(seqs)) / k
+        assert np.abs(freq - exact).max() < 4 * np.sqrt(0.25 / k)  # four standard errors at worst
+        assert freq[exact == 0].sum() == 0
+    assert chain_sample(emissions, transitions, np.zeros((b, 0, n))).shape == (b, 0, n)
+    # u = 0 draws the first tag of nonzero probability, never a forbidden one
+    blocked = emissions.copy()
+    blocked[:, :, 0] = -np.inf
+    assert (chain_sample(blocked, transitions, np.zeros((b, 5, n))) != 0).all()
+    with pytest.raises(ValueError, match="uniform"):
+        chain_sample(emissions, transitions, np.zeros((b, k, n + 1)))
 
 
 def test_large_batches_equal_single_chains() -> None:

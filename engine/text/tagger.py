@@ -91,6 +91,68 @@ def _small_matmul(x: np.ndarray, m: np.ndarray) -> np.ndarray:
     return np.concatenate([x[i : i + rows] @ m for i in range(0, len(x), rows)])
 
 
+def _scaled(inner: np.ndarray) -> tuple[float, np.ndarray]:
+    """``(max A, exp(A - max A))`` of the inner transition scores (a matrix product then stays in range)."""
+    a_max = float(_row_max(inner.reshape(1, -1))[0, 0])
+    return a_max, np.exp(inner - a_max)
+
+
+def chain_forward(emissions: np.ndarray, transitions: np.ndarray) -> np.ndarray:
+    """Log forward scores ``alpha`` (B, n, T) of a batch of chains (n >= 1): ``alpha_t[j]`` is the log of the
+    summed potential of all tag prefixes ending in tag ``j`` at ``t``, emission ``t`` included.
+
+    Each step ``alpha_t[j] = logsumexp_i(alpha_{t-1}[i] + A[i, j]) + E[t, j]`` is computed as
+    ``log(exp(alpha - max) @ exp(A - max A)) + maxes``: exact in log space (``-inf`` scores stay hard
+    zeros) and a matrix product over the tags instead of a (B, T, T) logsumexp."""
+    b, n, t = emissions.shape
+    a_max, exp_a = _scaled(transitions[:t, :t])
+    alpha = np.empty((b, n, t))
+    alpha[:, 0] = transitions[t, :t] + emissions[:, 0]
+    with np.errstate(divide="ignore"):
+        for i in range(1, n):
+            prev = alpha[:, i - 1]
+            m = _row_max(prev)
+            alpha[:, i] = np.log(_small_matmul(np.exp(prev - m), exp_a)) + m + a_max + emissions[:, i]
+    return alpha
+
+
+def _inverse_cdf(scores: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Index drawn from ``p ∝ exp(scores)`` along the last axis by the uniform numbers ``u`` (shape without
+    that axis): the first index whose cumulative probability exceeds ``u`` (so never one of probability 0)."""
+    with np.errstate(invalid="ignore"):
+        weights = np.exp(scores - _row_max(scores))
+    cum = np.cumsum(weights, axis=-1)
+    return np.minimum((cum <= u[..., None] * cum[..., -1:]).sum(axis=-1), scores.shape[-1] - 1)
+
+
+def chain_sample(emissions: np.ndarray, transitions: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+    """Tag sequences drawn exactly from ``p(y | x)``, ``k`` per chain -> int64 (B, k, n).
+
+    Forward filtering, backward sampling (Carter & Kohn 1994; for chain CRFs e.g. Sutton & McCallum 2012,
+    §4.1): the last tag is drawn from ``p(y_n) ∝ exp(alpha_n + end)``, then each earlier one from
+    ``p(y_t | y_t+1) ∝ exp(alpha_t[y_t] + A[y_t, y_t+1])``, by inverting the cumulative distribution at
+    the given uniform numbers ``uniform`` (B, k, n) in [0, 1). All chains and samples move together (one
+    vectorised step per position), and the caller decides where the randomness comes from.
+    """
+    emissions = np.asarray(emissions, dtype=np.float64)
+    transitions = np.asarray(transitions, dtype=np.float64)
+    b, n, t = emissions.shape
+    k = uniform.shape[1] if uniform.ndim == 3 else -1
+    if uniform.shape != (b, k, n):
+        raise ValueError(f"uniform numbers must have shape ({b}, k, {n}), got {uniform.shape}")
+    out = np.zeros((b, k, n), dtype=np.int64)
+    if n == 0 or k == 0:
+        return out
+    alpha = chain_forward(emissions, transitions)
+    last = np.broadcast_to((alpha[:, n - 1] + transitions[:t, t])[:, None, :], (b, k, t))
+    out[:, :, n - 1] = _inverse_cdf(last, uniform[:, :, n - 1])
+    inner_t = transitions[:t, :t].T
+    for i in range(n - 2, -1, -1):
+        # scores[b, s, j] = alpha_i[b, j] + A[j, y_{i+1}[b, s]]
+        out[:, :, i] = _inverse_cdf(alpha[:, i, None, :] + inner_t[out[:, :, i + 1]], uniform[:, :, i])
+    return out
+
+
 def chain_forward_backward(
     emissions: np.ndarray,
     transitions: np.ndarray,
@@ -101,10 +163,8 @@ def chain_forward_backward(
 
     ``emissions`` (B, n, T) are log-potentials of each position's tags, ``transitions`` (T+1, T+1) the
     log-potentials of tag bigrams, row ``T`` being the start state and column ``T`` the end state.
-    Each step ``alpha_t[j] = logsumexp_i(alpha_{t-1}[i] + A[i, j]) + E[t, j]`` is computed as
-    ``log(exp(alpha - max) @ exp(A - max A)) + maxes``: exact in log space (``-inf`` scores stay hard
-    zeros) and a matrix product over the tags instead of a (B, T, T) logsumexp. ``pairwise="sum"`` also
-    returns the expected transition counts summed over the batch (the CRF gradient needs only those),
+    The forward pass is ``chain_forward``; the backward pass uses the same scaled matrix products.
+    ``pairwise="sum"`` also returns the expected transition counts summed over the batch (the CRF gradient needs only those),
     ``"full"`` the per-position pairwise marginals (as a TAG/TRIGRAM factor's outgoing beliefs would).
     """
     emissions = np.asarray(emissions, dtype=np.float64)
@@ -116,18 +176,12 @@ def chain_forward_backward(
         counts = np.zeros((t + 1, t + 1)) if pairwise == "sum" else None
         full = np.zeros((b, 0, t, t)) if pairwise == "full" else None
         return ChainMarginals(np.zeros(b), np.zeros((b, 0, t)), counts, full)
-    inner, start, end = transitions[:t, :t], transitions[t, :t], transitions[:t, t]
-    a_max = float(_row_max(inner.reshape(1, -1))[0, 0])
-    exp_a = np.exp(inner - a_max)
+    end = transitions[:t, t]
+    a_max, exp_a = _scaled(transitions[:t, :t])
     exp_a_t = np.ascontiguousarray(exp_a.T)
-    alpha = np.empty((b, n, t))
+    alpha = chain_forward(emissions, transitions)
     beta = np.empty((b, n, t))
-    alpha[:, 0] = start + emissions[:, 0]
     with np.errstate(divide="ignore"):
-        for i in range(1, n):
-            prev = alpha[:, i - 1]
-            m = _row_max(prev)
-            alpha[:, i] = np.log(_small_matmul(np.exp(prev - m), exp_a)) + m + a_max + emissions[:, i]
         last = alpha[:, n - 1] + end
         m = _row_max(last)
         log_z = np.log(np.exp(last - m).sum(axis=1)) + m[:, 0]
@@ -384,6 +438,7 @@ class TagResult:
     xpos: list[str]
     upos_marginals: np.ndarray  # (n, n_upos), rows sum to 1
     xpos_marginals: np.ndarray  # (n, n_xpos)
+    samples: list[tuple[list[str], list[str]]] = field(default_factory=list)  # (UPOS, XPOS) draws from p(y | x)
 
 
 @dataclass(frozen=True)
@@ -579,8 +634,11 @@ class Tagger:
         return tagger
 
     # -- tagging ------------------------------------------------------------------------------------------
-    def tag(self, sentences: Sequence[HasForms], *, batch_size: int = 64) -> list[TagResult]:
-        """Viterbi tags and forward-backward marginals of every sentence (given in any order and length).
+    def tag(self, sentences: Sequence[HasForms], *, batch_size: int = 64, samples: int = 0) -> list[TagResult]:
+        """Viterbi tags and forward-backward marginals of every sentence (given in any order and length), and
+        ``samples`` (UPOS, XPOS) sequences per sentence drawn from the posterior ``p(y | x)``
+        (``chain_sample``; each sentence's uniform numbers come from a generator seeded by its words, so a
+        sentence gets the same samples whatever it is batched with).
 
         The Viterbi search is restricted to each word's ``viterbi_candidates`` most probable (UPOS, XPOS)
         states by marginal, which leaves the best path unchanged unless it goes through a state of tiny
@@ -590,6 +648,7 @@ class Tagger:
         ids, offsets = self._ids(sentences)
         lengths = [len(s.forms) for s in sentences]
         crf = self.crf
+        upos, xpos = np.array(self.upos_labels, dtype=object), np.array(self.xpos_labels, dtype=object)
         for idx in length_batches(lengths, batch_size, max_arcs=1 << 62):
             n = lengths[idx[0]]
             tok = offsets[idx][:, None] + np.arange(n)
@@ -599,9 +658,14 @@ class Tagger:
             candidates = np.argpartition(-marginals, k - 1, axis=-1)[..., :k]
             path = crf.states[chain_viterbi(em, crf.transition, candidates)]  # (B, n, 2)
             um, xm = crf.split(marginals)
+            drawn = np.zeros((len(idx), 0, n, 2), dtype=np.int64)
+            if samples > 0:
+                uniform = np.stack([np.random.default_rng(int(hash_string("\x1f".join(sentences[i].forms))))
+                                    .random((samples, n)) for i in idx])
+                drawn = crf.states[chain_sample(em, crf.transition, uniform)]  # (B, samples, n, 2)
             for r, i in enumerate(idx):
-                results[i] = TagResult([self.upos_labels[j] for j in path[r, :, 0]],
-                                       [self.xpos_labels[j] for j in path[r, :, 1]], um[r], xm[r])
+                results[i] = TagResult(upos[path[r, :, 0]].tolist(), xpos[path[r, :, 1]].tolist(), um[r], xm[r],
+                                       [(upos[y[:, 0]].tolist(), xpos[y[:, 1]].tolist()) for y in drawn[r]])
         assert all(r is not None for r in results)
         return results  # type: ignore[return-value]
 
