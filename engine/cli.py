@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,9 @@ def _add_model_io(p: argparse.ArgumentParser) -> None:
                    "arcs instead of those the model's first-order pruner keeps")
     p.add_argument("--constraint", choices=["tree", "ptree", "exactly1", "atmost1", "not2", "exactly1+no2cycle"],
                    help="with --inference bp: the hard factor to decode under (default: the model's tree)")
+    p.add_argument("--tag-samples", type=int, default=0, metavar="K",
+                   help="words tagged by the model's tagger: average the arc marginals over the best tags and K tag "
+                   "sequences drawn from the tagger's posterior (K + 1 parses; better calibrated head probabilities)")
 
 
 def _rounds(text: str) -> int | None:
@@ -200,6 +204,28 @@ def _tagged(args: argparse.Namespace, sentences: list[Any], retag: bool) -> list
         raise UsageError(f"{args.model}: {e}") from e
 
 
+def _parse_tagged(args: argparse.Namespace, parse: Any, sentences: list[Any], tagged: Sequence[int]) -> list[Any]:
+    """``parse(sentences)``; with ``--tag-samples K``, the sentences the model tagged are also parsed under K tag
+    sequences drawn from the tagger's posterior and their marginals averaged (``engine.decode.tag_marginal``)."""
+    if not args.tag_samples or not tagged:
+        return parse(sentences)
+    from engine.decode.tag_marginal import parse_over_tag_samples
+
+    parser = args.pipeline.parser
+    draws: list[list[Any]] = [[] for _ in sentences]
+    for i, result in zip(tagged, args.pipeline.tagger.tag([sentences[i] for i in tagged], samples=args.tag_samples),
+                         strict=True):
+        draws[i] = result.samples
+    return parse_over_tag_samples(sentences, draws, parse, parser.constraint, parser.labeler)
+
+
+def _check_tag_samples(args: argparse.Namespace) -> None:
+    if not 0 <= args.tag_samples <= 100:
+        raise UsageError(f"--tag-samples must be between 0 and 100, got {args.tag_samples}")
+    if args.tag_samples and args.constraint:
+        raise UsageError("--tag-samples decodes under the model's tree; it cannot be combined with --constraint")
+
+
 def _system_conllu(sentences: list[Any], parsed: list[Any]) -> list[Any]:
     """Parsed sentences as CoNLL-U (with predicted tags), read back for the UD evaluation."""
     import io
@@ -215,6 +241,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from engine.evaluation.metrics import attachment_scores
 
     start = time.perf_counter()
+    _check_tag_samples(args)
+    if args.tag_samples and not (args.from_text or args.tags == "predicted"):
+        raise UsageError("--tag-samples needs tags predicted by the model: add --tags predicted or --from-text")
     _, parse = _load_parser(args)
     gold = read_conllu(args.data)
     check_parsable(gold, args.data)
@@ -226,8 +255,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             system = args.pipeline.tokenize(raw_text(gold))
         except ModelError as e:
             raise UsageError(f"{args.model}: {e}") from e
-        _tagged(args, system, retag=True)
-        parsed = parse(system) if system else []
+        tagged = _tagged(args, system, retag=True)
+        parsed = _parse_tagged(args, parse, system, tagged) if system else []
         seconds = time.perf_counter() - start
         scores = evaluate_ud(gold, _system_conllu(system, parsed))
         gold_words = sum(s.n for s in gold)
@@ -235,9 +264,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                        "words_per_second": round(gold_words / seconds, 1) if seconds > 0 else None})
     else:
         inputs = copy.deepcopy(gold) if args.tags == "predicted" else gold
-        if args.tags == "predicted":
-            _tagged(args, inputs, retag=True)
-        parsed = parse(inputs)
+        tagged = _tagged(args, inputs, retag=True) if args.tags == "predicted" else []
+        parsed = _parse_tagged(args, parse, inputs, tagged)
         seconds = time.perf_counter() - start
         scores = attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
                                    [p.head_probs for p in parsed], reliability=args.reliability)
@@ -292,14 +320,19 @@ def _read_input(args: argparse.Namespace) -> tuple[list[Any], str]:
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
+    _check_tag_samples(args)
+    if args.tag_samples and (args.kbest is not None or args.samples is not None):
+        raise UsageError("--kbest and --samples need one tree distribution per sentence; --tag-samples averages "
+                         "several, so it cannot be combined with them")
     pipeline, parse = _load_parser(args)
     sentences, source = _read_input(args)
     check_parsable(sentences, source)
     for flag, value, limit in (("--kbest", args.kbest, 1000), ("--samples", args.samples, 100000)):
         if value is not None and not 1 <= value <= limit:
             raise UsageError(f"{flag} must be between 1 and {limit}, got {value}")
-    tagged = set(_tagged(args, sentences, retag=args.retag))
-    parsed = parse(sentences) if sentences else []
+    tagged_order = _tagged(args, sentences, retag=args.retag)
+    tagged = set(tagged_order)
+    parsed = _parse_tagged(args, parse, sentences, tagged_order) if sentences else []
     labeler = pipeline.parser.labeler
     blocks = []
     for i, (s, p) in enumerate(zip(sentences, parsed, strict=True)):

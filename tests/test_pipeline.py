@@ -4,6 +4,7 @@ evaluations."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -12,7 +13,9 @@ import pytest
 
 from engine.cli import main
 from engine.data.conllu_io import read_conllu
+from engine.decode.mbr import mbr_decode
 from engine.decode.mst import is_tree
+from engine.decode.tag_marginal import parse_over_tag_samples
 from engine.pipeline import Pipeline
 from engine.training.pipeline import TrainOptions, TrainOptionsError, train_model
 
@@ -117,6 +120,64 @@ def test_cli_evaluate_predicted_tags_and_from_text(trained: tuple[Path, Path, di
     ud = json.loads(capsys.readouterr().out)
     assert ud["tokens"] > 90 and ud["words"] > 90 and 0 < ud["sentences"] <= 100
     assert 0 < ud["las"] <= ud["uas"] <= 100 and ud["gold_words"] == sum(s.n for s in read_conllu(dev))
+
+
+def test_marginals_averaged_over_tag_samples(trained: tuple[Path, Path, dict]) -> None:
+    """``parse_over_tag_samples``: the mean of the parses under the best tags and each sample, its MBR tree
+    and head probabilities; identical samples change nothing; a sentence without samples keeps its parse."""
+    pipeline = Pipeline.load(trained[0])
+    parser, tagger = pipeline.parser, pipeline.tagger
+    dev = read_conllu(trained[1])[:12]
+    results = tagger.tag(dev, samples=3)
+    for s, r in zip(dev, results, strict=True):
+        s.upos, s.xpos = r.upos, r.xpos
+    assert all(len(r.samples) == 3 and all(len(u) == len(x) == len(s.forms) for u, x in r.samples)
+               for s, r in zip(dev, results, strict=True))
+    assert results[4].samples == tagger.tag(dev[4:5], samples=3)[0].samples  # seeded by the words, not the batch
+    assert any(u != s.upos for s, r in zip(dev, results, strict=True) for u, _ in r.samples)
+    samples = [r.samples for r in results]
+    samples[0] = []  # e.g. tags given by the user
+    single = parser.parse(dev)
+    averaged = parse_over_tag_samples(dev, samples, parser.parse, parser.constraint, parser.labeler)
+    assert averaged[0] is not None and averaged[0].heads.tolist() == single[0].heads.tolist()
+    for i in range(1, len(dev)):
+        runs = [single[i].marginals] + [parser.parse([_with(dev[i], u, x)])[0].marginals for u, x in samples[i]]
+        expected = np.mean(runs, axis=0)
+        p = averaged[i]
+        np.testing.assert_allclose(p.marginals, expected, atol=1e-12)
+        np.testing.assert_allclose(p.marginals[:, 1:].sum(axis=0), 1.0, atol=1e-9)
+        assert is_tree(p.heads) and p.heads.tolist() == mbr_decode(expected, parser.constraint).tolist()
+        np.testing.assert_allclose(p.head_probs, expected[p.heads[1:], np.arange(1, len(p.heads))])
+        assert len(p.deprels) == len(dev[i].forms) and p.distribution is None
+        assert p.diagnostics["tag_samples"] == 3
+    same = parse_over_tag_samples(dev, [[(s.upos, s.xpos)] * 2 for s in dev], parser.parse, parser.constraint,
+                                  parser.labeler)
+    for a, b in zip(single, same, strict=True):
+        np.testing.assert_allclose(a.marginals, b.marginals, atol=1e-12)
+        assert a.heads.tolist() == b.heads.tolist() and a.deprels == b.deprels
+
+
+def _with(sentence, upos: list[str], xpos: list[str]):
+    out = copy.deepcopy(sentence)
+    out.upos, out.xpos = list(upos), list(xpos)
+    return out
+
+
+def test_cli_tag_samples(trained: tuple[Path, Path, dict], capsys: pytest.CaptureFixture[str]) -> None:
+    model, dev, _ = trained
+    assert main(["evaluate", "--model", str(model), "--data", str(dev), "--tags", "predicted", "--json",
+                 "--tag-samples", "2"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["uas"] > 40 and 0 <= scores["ece"] <= 1
+    for argv, message in (
+        (["evaluate", "--data", str(dev), "--tag-samples", "2"], "needs tags predicted"),
+        (["evaluate", "--data", str(dev), "--tags", "predicted", "--tag-samples", "-1"], "between 0 and 100"),
+        (["parse", "--text", "Dogs bark.", "--tag-samples", "2", "--kbest", "2"], "cannot be combined"),
+        (["parse", "--text", "Dogs bark.", "--tag-samples", "2", "--inference", "bp", "--constraint", "exactly1"],
+         "cannot be combined with --constraint"),
+    ):
+        assert main([argv[0], "--model", str(model), *argv[1:]]) == 2
+        assert message in capsys.readouterr().err
 
 
 def test_cli_text_needs_a_tokenizer(capsys: pytest.CaptureFixture[str]) -> None:
