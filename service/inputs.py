@@ -55,8 +55,9 @@ def _per_sentence(values: list[list[str]] | None, field: str, tokens: list[list[
 
 
 def sentences_from_request(req: ParseRequest, entry: ModelEntry, settings: Settings,
-                           max_words: int | None = None) -> list[Sentence]:
-    """The request's sentences, checked against the model's needs and the service limits."""
+                           max_words: int | None = None) -> tuple[list[Sentence], list[int]]:
+    """The request's sentences, checked against the model's needs and the service limits, and the indices
+    of the sentences the model tagged."""
     max_words = max_words or settings.max_words
     if req.text is not None:
         sents = _from_text(req.text, entry, settings, max_words)
@@ -64,9 +65,8 @@ def sentences_from_request(req: ParseRequest, entry: ModelEntry, settings: Setti
         sents = _from_tokens(req, entry, settings, max_words)
     else:
         sents = _from_conllu(req, entry, settings, max_words)
-    if entry.pipeline.tagger is not None:
-        entry.pipeline.tag(sents)  # the words that came without UPOS
-    return sents
+    tagged = entry.pipeline.tag(sents) if entry.pipeline.tagger is not None else []  # those without UPOS
+    return sents, tagged
 
 
 def _from_text(text: str, entry: ModelEntry, settings: Settings, max_words: int) -> list[Sentence]:

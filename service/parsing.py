@@ -7,12 +7,14 @@ event loop never blocks. Every float leaving here is checked finite (no NaN or i
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from engine.bp_parser import BPParser
 from engine.data.conllu_io import Sentence, format_sentence
+from engine.decode.tag_marginal import parse_over_tag_samples
 from engine.inference.bp import BPConfig
 from engine.inference.relaxed import RelaxedConfig, marginal_interval
 from engine.parser import ParsedSentence
@@ -30,7 +32,21 @@ def resolve_method(entry: ModelEntry, options: InferenceOptions) -> str:
     return method
 
 
-def run_inference(entry: ModelEntry, sentences: list[Sentence], options: InferenceOptions) -> list[ParsedSentence]:
+def run_inference(entry: ModelEntry, sentences: list[Sentence], options: InferenceOptions,
+                  tagged: Sequence[int] = ()) -> list[ParsedSentence]:
+    """Parse ``sentences``; with ``options.tag_samples``, the ``tagged`` ones (tagged by the model) are also
+    parsed under tag sequences drawn from the tagger's posterior and their marginals averaged."""
+    if not options.tag_samples or not tagged:
+        return _infer(entry, sentences, options)
+    draws: list[list[Any]] = [[] for _ in sentences]
+    chosen = [sentences[i] for i in tagged]
+    for i, result in zip(tagged, entry.pipeline.tagger.tag(chosen, samples=options.tag_samples), strict=True):
+        draws[i] = result.samples
+    return parse_over_tag_samples(sentences, draws, lambda batch: _infer(entry, batch, options),
+                                  entry.parser.constraint, entry.parser.labeler)
+
+
+def _infer(entry: ModelEntry, sentences: list[Sentence], options: InferenceOptions) -> list[ParsedSentence]:
     method = resolve_method(entry, options)
     if method == "exact":
         assert not isinstance(entry.parser, BPParser)
@@ -59,6 +75,7 @@ def inference_report(p: ParsedSentence) -> dict[str, Any]:
     for key in ("residual", "rounds", "factor_fraction", "eta"):
         value = d.get(key)
         report[key] = value if value is None or math.isfinite(value) else None
+    report["tag_samples"] = int(d.get("tag_samples", 0))
     return report
 
 

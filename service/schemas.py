@@ -26,6 +26,10 @@ class InferenceOptions(BaseModel):
     epsilon: float = Field(1e-4, ge=0.0, le=1.0, description="gain threshold of relaxed inference")
     rounds: int | None = Field(None, ge=1, le=100, description="relaxed: at most this many rounds of adding "
                                "factors (default: until no factor's gain exceeds epsilon)")
+    tag_samples: int = Field(0, ge=0, le=16, description="sentences tagged by the model: average the arc marginals "
+                             "over the best tags and this many tag sequences drawn from the tagger's posterior "
+                             "(head probabilities that account for tagging uncertainty; costs one parse per "
+                             "sample; /parse and /marginals only)")
 
 
 class ParseRequest(BaseModel):
@@ -93,6 +97,8 @@ class InferenceReport(BaseModel):
                                           "in the graph BP ran on")
     eta: float | None = Field(None, description="bp, relaxed: Riedel & Smith Prop. 2 bound from the factors left "
                               "out (0: none)")
+    tag_samples: int = Field(0, description="tag sequences from the tagger's posterior the marginals were also "
+                             "averaged over (0: the best tags only)")
 
 
 class ParsedSentenceOut(BaseModel):

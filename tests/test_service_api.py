@@ -231,6 +231,31 @@ def test_default_pipeline_parses_raw_text_and_untagged_tokens(client: TestClient
     assert sum(p == g for p, g in zip(predicted, TAGS, strict=True)) >= len(TAGS) - 1  # the model's tagger ran
 
 
+def test_tag_samples_average_the_marginals_of_tagged_sentences(client: TestClient) -> None:
+    """inference.tag_samples: untagged words get marginals averaged over tag samples (a tree still comes out,
+    each word's head probabilities still sum to 1); given tags are used as they are; trees and confidence
+    intervals refuse it."""
+    words = ["Time", "flies", "like", "an", "arrow", "."]  # the default model's tagger is unsure of "flies"
+    req = {"tokens": [words], "inference": {"tag_samples": 4}}
+    r = client.post("/marginals", json=req)
+    assert r.status_code == 200, r.text
+    rows = np.array(r.json()["sentences"][0]["marginals"])
+    plain = np.array(client.post("/marginals", json={"tokens": [words]}).json()["sentences"][0]["marginals"])
+    assert rows.shape == plain.shape and not np.allclose(rows, plain)  # the samples moved some head probabilities
+    np.testing.assert_allclose(rows.sum(axis=1), 1.0, atol=1e-6)
+    parsed = client.post("/parse", json=req)
+    assert parsed.status_code == 200, parsed.text
+    (sentence,) = parsed.json()["sentences"]
+    assert sentence["inference"]["tag_samples"] == 4
+    assert is_tree(np.array([-1] + [t["head"] for t in sentence["tokens"]]))
+    given = client.post("/parse", json=body(inference={"tag_samples": 4})).json()["sentences"]
+    assert all(s["inference"]["tag_samples"] == 0 for s in given)  # tags came with the request
+    for route in ("/kbest", "/sample", "/confidence"):
+        assert_problem(client.post(route, json=req), 422, field="inference.tag_samples")
+    assert_problem(client.post("/parse", json={"tokens": [WORDS], "inference": {"tag_samples": 17}}), 422,
+                   field="inference.tag_samples")
+
+
 # -- errors ------------------------------------------------------------------------------------------
 def test_service_errors_are_problems(client: TestClient) -> None:
     r = client.post("/parse", content=b'{"tokens": [["a"]', headers={"content-type": "application/json"})

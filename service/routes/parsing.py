@@ -43,8 +43,12 @@ Builder = Callable[[list[Sentence], list[ParsedSentence]], Any]
 
 
 async def _run(state: ServiceState, req: ParseRequest, build: Builder, *, max_words: int | None = None,
-               conllu_ok: bool = False) -> dict[str, Any] | str:
+               conllu_ok: bool = False, tag_samples_ok: bool = False) -> dict[str, Any] | str:
     entry = state.model(req.model)
+    if req.inference.tag_samples and not tag_samples_ok:
+        raise ProblemError(422, "Invalid input", "inference.tag_samples is available on /parse and /marginals "
+                           "only (trees and confidence intervals need a single tagging)", kind="invalid-input",
+                           field="inference.tag_samples")
     parsing.resolve_method(entry, req.inference)
     if req.inference.iterations > state.settings.max_iterations:
         raise ProblemError(422, "Invalid input", f"at most {state.settings.max_iterations} BP iterations",
@@ -54,10 +58,10 @@ async def _run(state: ServiceState, req: ParseRequest, build: Builder, *, max_wo
                            field="output")
 
     def work() -> dict[str, Any] | str:
-        sentences = sentences_from_request(req, entry, state.settings, max_words)
+        sentences, tagged = sentences_from_request(req, entry, state.settings, max_words)
         for s in sentences:
             state.metrics.words.observe(s.n)
-        parsed = parsing.run_inference(entry, sentences, req.inference)
+        parsed = parsing.run_inference(entry, sentences, req.inference, tagged)
         result = build(sentences, parsed)
         if isinstance(result, str):
             return result
@@ -71,7 +75,7 @@ async def _run(state: ServiceState, req: ParseRequest, build: Builder, *, max_wo
 async def parse(req: ParseRequest, state: State) -> Response:
     """The MBR tree of each sentence, every word with its head, label and the head's marginal probability."""
     build: Builder = parsing.parse_conllu if req.output == "conllu" else parsing.parse_json
-    result = await _run(state, req, build, conllu_ok=True)
+    result = await _run(state, req, build, conllu_ok=True, tag_samples_ok=True)
     if isinstance(result, str):
         return Response(result, media_type="text/conllu; charset=utf-8")
     return JSONResponse(result)
@@ -80,7 +84,7 @@ async def parse(req: ParseRequest, state: State) -> Response:
 @router.post("/marginals", response_model=MarginalsResponse, responses=ERRORS)
 async def marginals_post(req: ParseRequest, state: State) -> JSONResponse:
     """Arc marginals: ``marginals[m-1][h]`` is the probability that word m's head is h (h = 0 is ROOT)."""
-    return JSONResponse(await _run(state, req, parsing.marginals_json))
+    return JSONResponse(await _run(state, req, parsing.marginals_json, tag_samples_ok=True))
 
 
 @router.get("/marginals", response_model=MarginalsResponse, responses=ERRORS)
