@@ -164,8 +164,9 @@ def chain_forward_backward(
     ``emissions`` (B, n, T) are log-potentials of each position's tags, ``transitions`` (T+1, T+1) the
     log-potentials of tag bigrams, row ``T`` being the start state and column ``T`` the end state.
     The forward pass is ``chain_forward``; the backward pass uses the same scaled matrix products.
-    ``pairwise="sum"`` also returns the expected transition counts summed over the batch (the CRF gradient needs only those),
-    ``"full"`` the per-position pairwise marginals (as a TAG/TRIGRAM factor's outgoing beliefs would).
+    ``pairwise="sum"`` also returns the expected transition counts summed over the batch (the CRF gradient
+    needs only those), ``"full"`` the per-position pairwise marginals (as a TAG/TRIGRAM factor's outgoing
+    beliefs would).
     """
     emissions = np.asarray(emissions, dtype=np.float64)
     transitions = np.asarray(transitions, dtype=np.float64)
