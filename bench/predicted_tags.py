@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from engine.bp_parser import BPParser  # noqa: E402
 from engine.data.conllu_io import format_sentence, read_conllu, write_conllu  # noqa: E402
 from engine.decode.mbr import mbr_decode  # noqa: E402
+from engine.decode.tag_marginal import retagged  # noqa: E402
 from engine.inference.bp import BPConfig  # noqa: E402
 from engine.inference.exact import TreeConstraint  # noqa: E402
 from engine.parser import FirstOrderParser  # noqa: E402
@@ -89,10 +90,7 @@ def _mbr(beliefs: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def _with_tags(sentences: list, tags: list[tuple[list[str], list[str]]]) -> list:
-    out = copy.deepcopy(sentences)
-    for s, (upos, xpos) in zip(out, tags, strict=True):
-        s.upos, s.xpos = list(upos), list(xpos)
-    return out
+    return [retagged(s, t) for s, t in zip(sentences, tags, strict=True)]
 
 
 def score(args: argparse.Namespace) -> None:

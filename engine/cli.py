@@ -209,13 +209,10 @@ def _parse_tagged(args: argparse.Namespace, parse: Any, sentences: list[Any], ta
     sequences drawn from the tagger's posterior and their marginals averaged (``engine.decode.tag_marginal``)."""
     if not args.tag_samples or not tagged:
         return parse(sentences)
-    from engine.decode.tag_marginal import parse_over_tag_samples
+    from engine.decode.tag_marginal import draw_tag_samples, parse_over_tag_samples
 
     parser = args.pipeline.parser
-    draws: list[list[Any]] = [[] for _ in sentences]
-    for i, result in zip(tagged, args.pipeline.tagger.tag([sentences[i] for i in tagged], samples=args.tag_samples),
-                         strict=True):
-        draws[i] = result.samples
+    draws = draw_tag_samples(args.pipeline.tagger, sentences, tagged, args.tag_samples)
     return parse_over_tag_samples(sentences, draws, parse, parser.constraint, parser.labeler)
 
 

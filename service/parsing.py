@@ -14,7 +14,7 @@ import numpy as np
 
 from engine.bp_parser import BPParser
 from engine.data.conllu_io import Sentence, format_sentence
-from engine.decode.tag_marginal import parse_over_tag_samples
+from engine.decode.tag_marginal import draw_tag_samples, parse_over_tag_samples
 from engine.inference.bp import BPConfig
 from engine.inference.relaxed import RelaxedConfig, marginal_interval
 from engine.parser import ParsedSentence
@@ -38,10 +38,7 @@ def run_inference(entry: ModelEntry, sentences: list[Sentence], options: Inferen
     parsed under tag sequences drawn from the tagger's posterior and their marginals averaged."""
     if not options.tag_samples or not tagged:
         return _infer(entry, sentences, options)
-    draws: list[list[Any]] = [[] for _ in sentences]
-    chosen = [sentences[i] for i in tagged]
-    for i, result in zip(tagged, entry.pipeline.tagger.tag(chosen, samples=options.tag_samples), strict=True):
-        draws[i] = result.samples
+    draws = draw_tag_samples(entry.pipeline.tagger, sentences, tagged, options.tag_samples)
     return parse_over_tag_samples(sentences, draws, lambda batch: _infer(entry, batch, options),
                                   entry.parser.constraint, entry.parser.labeler)
 

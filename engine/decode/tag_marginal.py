@@ -32,10 +32,20 @@ from engine.parser import ParsedSentence
 TagSequence = tuple[list[str], list[str]]  # UPOS, XPOS
 
 
-def _retagged(sentence: Any, tags: TagSequence) -> Any:
+def retagged(sentence: Any, tags: TagSequence) -> Any:
+    """A shallow copy of ``sentence`` with other UPOS and XPOS."""
     out = copy.copy(sentence)
     out.upos, out.xpos = list(tags[0]), list(tags[1])
     return out
+
+
+def draw_tag_samples(tagger: Any, sentences: Sequence[Any], indices: Sequence[int], k: int) -> list[list[TagSequence]]:
+    """``k`` tag sequences from ``tagger``'s posterior for each sentence in ``indices`` (those it tagged), none
+    for the others: the ``samples`` argument of ``parse_over_tag_samples``."""
+    draws: list[list[TagSequence]] = [[] for _ in sentences]
+    for i, result in zip(indices, tagger.tag([sentences[i] for i in indices], samples=k), strict=True):
+        draws[i] = result.samples
+    return draws
 
 
 def parse_over_tag_samples(
@@ -60,7 +70,7 @@ def parse_over_tag_samples(
     rounds = max((len(s) for s in samples), default=0)
     for k in range(rounds):
         chosen = [i for i, s in enumerate(samples) if len(s) > k]
-        for i, p in zip(chosen, parse([_retagged(sentences[i], samples[i][k]) for i in chosen]), strict=True):
+        for i, p in zip(chosen, parse([retagged(sentences[i], samples[i][k]) for i in chosen]), strict=True):
             total[i] += p.marginals
             count[i] += 1
     out = []
