@@ -1,4 +1,4 @@
-"""Command-line interface: ``python -m engine {train,evaluate,parse}``.
+"""Command-line interface: ``python -m engine {train,average,evaluate,parse,score}``.
 
 Every command reads CoNLL-U through ``engine.data.conllu_io`` and reports problems as one line on
 stderr with exit status 2 (bad input) instead of a traceback.
@@ -80,9 +80,11 @@ def _add_model_io(p: argparse.ArgumentParser) -> None:
                    "arcs instead of those the model's first-order pruner keeps")
     p.add_argument("--constraint", choices=["tree", "ptree", "exactly1", "atmost1", "not2", "exactly1+no2cycle"],
                    help="with --inference bp: the hard factor to decode under (default: the model's tree)")
-    p.add_argument("--tag-samples", type=int, default=0, metavar="K",
+    p.add_argument("--tag-samples", type=int, default=None, metavar="K",
                    help="words tagged by the model's tagger: average the arc marginals over the best tags and K tag "
-                   "sequences drawn from the tagger's posterior (K + 1 parses; better calibrated head probabilities)")
+                   "sequences drawn from the tagger's posterior (up to K + 1 parses; better calibrated head "
+                   "probabilities); default: the model's (manifest inference.tag_samples, 0 if absent), 0 with "
+                   "--kbest, --samples or --constraint")
 
 
 def _rounds(text: str) -> int | None:
@@ -94,11 +96,27 @@ def _rounds(text: str) -> int | None:
         raise argparse.ArgumentTypeError(f"expected a positive integer or inf, got {text!r}") from None
 
 
+def _add_average(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("average", help="one parser from several trained alike (different --seed): the mean of "
+                       "their weights")
+    p.add_argument("--models", nargs="+", required=True, help="parser or pipeline models with the same order, "
+                   "features and pruner")
+    p.add_argument("--out", required=True, help="output model directory")
+    p.add_argument("--components-from", metavar="PIPELINE", help="a pipeline model whose tokenizer, tagger and "
+                   "labeler go with the averaged parser (default: the first model's)")
+    p.add_argument("--dev", help="score the result on this treebank (re-tagged first when the result has a "
+                   "tagger) and record the scores in its manifest")
+    p.add_argument("--name", help="model name in the manifest (default: the output directory's name)")
+    p.add_argument("--tag-samples", type=int, metavar="K", help="the result's default --tag-samples (manifest "
+                   "inference.tag_samples; parse, evaluate and the service use it unless told otherwise)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine", description=__doc__.splitlines()[0])
     ap.add_argument("-v", "--verbose", action="store_true")
     sub = ap.add_subparsers(dest="command", required=True)
     _add_train(sub)
+    _add_average(sub)
     p = sub.add_parser("evaluate", help="parse a treebank and score it against its gold trees")
     _add_model_io(p)
     p.add_argument("--data", required=True, help="gold treebank (CoNLL-U)")
@@ -196,6 +214,45 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 130 if summary["interrupted"] else 0
 
 
+def cmd_average(args: argparse.Namespace) -> int:
+    from engine.bp_parser import BPParser
+    from engine.inference.bp import BPConfig
+    from engine.pipeline import MAX_TAG_SAMPLES, Pipeline
+    from engine.training.average import average_parsers
+
+    if args.tag_samples is not None and not 0 <= args.tag_samples <= MAX_TAG_SAMPLES:
+        raise UsageError(f"--tag-samples must be between 0 and {MAX_TAG_SAMPLES}, got {args.tag_samples}")
+    parser = average_parsers(args.models)
+    source = Pipeline.load(args.components_from or args.models[0])
+    parts = {name: getattr(source, name) for name in ("tokenizer", "tagger", "labeler")}
+    if args.tag_samples and parts["tagger"] is None:
+        raise UsageError("--tag-samples needs a tagger: add --components-from PIPELINE")
+    if args.tag_samples is not None:
+        parser.manifest["inference"] = {"tag_samples": args.tag_samples}
+    pipeline = Pipeline(parser, **parts)
+    extra: dict[str, Any] = {"name": args.name or Path(args.out).name}
+    if args.components_from:
+        trained = source.manifest.get("training") or {}
+        extra["training"] = {**parser.manifest["training"], "components_from": {
+            "model": Path(args.components_from).name, "name": source.manifest.get("name"),
+            **{k: trained.get(k) for k in ("train_file", "train_sha256")}}}
+    if args.dev:  # scored as `evaluate --tags predicted` (or gold tags without a tagger) would score it
+        gold = read_conllu(args.dev)
+        check_parsable(gold, args.dev)
+        args.pipeline, args.model, args.tag_samples = pipeline, args.out, pipeline.default_tag_samples
+
+        def parse(sentences: list[Any]) -> list[Any]:
+            if isinstance(parser, BPParser):
+                return parser.parse(sentences, BPConfig(max_iterations=5, schedule="serial"))
+            return parser.parse(sentences)
+
+        extra["metrics"] = {"dev": _score_gold_tokens(args, parse, gold, predicted=pipeline.tagger is not None)[0]}
+    pipeline.save(args.out, extra)
+    print(json.dumps({"model": args.out, "averaged": len(args.models), "components": pipeline.components,
+                      "dev": extra.get("metrics", {}).get("dev")}, indent=2))
+    return 0
+
+
 def _tagged(args: argparse.Namespace, sentences: list[Any], retag: bool) -> list[int]:
     """Tag the sentences without UPOS (all with ``retag``) with the model's tagger, in place."""
     try:
@@ -217,10 +274,21 @@ def _parse_tagged(args: argparse.Namespace, parse: Any, sentences: list[Any], ta
 
 
 def _check_tag_samples(args: argparse.Namespace) -> None:
+    """Check an explicit ``--tag-samples`` (before the model is loaded; ``_resolve_tag_samples`` fills in the
+    model's default after)."""
+    if args.tag_samples is None:
+        return
     if not 0 <= args.tag_samples <= 100:
         raise UsageError(f"--tag-samples must be between 0 and 100, got {args.tag_samples}")
     if args.tag_samples and args.constraint:
         raise UsageError("--tag-samples decodes under the model's tree; it cannot be combined with --constraint")
+
+
+def _resolve_tag_samples(args: argparse.Namespace, single_tagging: bool = False) -> None:
+    """``args.tag_samples`` = the explicit value, else the model's default (0 when the command needs a single
+    tagging: a decoding constraint, k-best or sampled trees)."""
+    if args.tag_samples is None:
+        args.tag_samples = 0 if single_tagging or args.constraint else args.pipeline.default_tag_samples
 
 
 def _system_conllu(sentences: list[Any], parsed: list[Any]) -> list[Any]:
@@ -233,15 +301,12 @@ def _system_conllu(sentences: list[Any], parsed: list[Any]) -> list[Any]:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    import copy
-
-    from engine.evaluation.metrics import attachment_scores
-
     start = time.perf_counter()
     _check_tag_samples(args)
     if args.tag_samples and not (args.from_text or args.tags == "predicted"):
         raise UsageError("--tag-samples needs tags predicted by the model: add --tags predicted or --from-text")
     _, parse = _load_parser(args)
+    _resolve_tag_samples(args)
     gold = read_conllu(args.data)
     check_parsable(gold, args.data)
     if args.from_text:
@@ -257,18 +322,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         seconds = time.perf_counter() - start
         scores = evaluate_ud(gold, _system_conllu(system, parsed))
         gold_words = sum(s.n for s in gold)
-        scores.update({"seconds": round(seconds, 3), "gold_words": gold_words,
+        scores.update({"tag_samples": args.tag_samples, "seconds": round(seconds, 3), "gold_words": gold_words,
                        "words_per_second": round(gold_words / seconds, 1) if seconds > 0 else None})
     else:
-        inputs = copy.deepcopy(gold) if args.tags == "predicted" else gold
-        tagged = _tagged(args, inputs, retag=True) if args.tags == "predicted" else []
-        parsed = _parse_tagged(args, parse, inputs, tagged)
+        scores, parsed = _score_gold_tokens(args, parse, gold, predicted=args.tags == "predicted")
         seconds = time.perf_counter() - start
-        scores = attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
-                                   [p.head_probs for p in parsed], reliability=args.reliability)
-        if args.tags == "predicted":
-            pairs = [(g, s) for gs, ss in zip(gold, inputs, strict=True) for g, s in zip(gs.upos, ss.upos, strict=True)]
-            scores["upos"] = 100.0 * sum(g == s for g, s in pairs) / max(len(pairs), 1)
         scores["tags"] = args.tags
         scores.update(_inference_summary(parsed))
         scores["seconds"] = round(seconds, 3)
@@ -284,6 +342,25 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                   f"conf={row['confidence'] if row['confidence'] is None else round(row['confidence'], 3)}  "
                   f"acc={row['accuracy'] if row['accuracy'] is None else round(row['accuracy'], 3)}")
     return 0
+
+
+def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any], predicted: bool) -> tuple[dict, list]:
+    """Parse the gold-tokenised sentences (re-tagged by the model first if ``predicted``, with
+    ``args.tag_samples``) and score them: UAS, LAS, ECE (and UPOS when re-tagged, ``tag_samples`` used)."""
+    import copy
+
+    from engine.evaluation.metrics import attachment_scores
+
+    inputs = copy.deepcopy(gold) if predicted else gold
+    tagged = _tagged(args, inputs, retag=True) if predicted else []
+    parsed = _parse_tagged(args, parse, inputs, tagged)
+    scores = attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
+                               [p.head_probs for p in parsed], reliability=getattr(args, "reliability", False))
+    if predicted:
+        pairs = [(g, s) for gs, ss in zip(gold, inputs, strict=True) for g, s in zip(gs.upos, ss.upos, strict=True)]
+        scores["upos"] = 100.0 * sum(g == s for g, s in pairs) / max(len(pairs), 1)
+    scores["tag_samples"] = args.tag_samples if tagged else 0
+    return scores, parsed
 
 
 def _inference_summary(parsed: list[Any]) -> dict[str, Any]:
@@ -322,6 +399,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
         raise UsageError("--kbest and --samples need one tree distribution per sentence; --tag-samples averages "
                          "several, so it cannot be combined with them")
     pipeline, parse = _load_parser(args)
+    _resolve_tag_samples(args, single_tagging=args.kbest is not None or args.samples is not None)
     sentences, source = _read_input(args)
     check_parsable(sentences, source)
     for flag, value, limit in (("--kbest", args.kbest, 1000), ("--samples", args.samples, 100000)):
@@ -395,7 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    command = {"train": cmd_train, "evaluate": cmd_evaluate, "parse": cmd_parse, "score": cmd_score}[args.command]
+    command = {"train": cmd_train, "average": cmd_average, "evaluate": cmd_evaluate, "parse": cmd_parse,
+               "score": cmd_score}[args.command]
     try:
         return command(args)
     except (ConlluError, ModelError, UsageError, FileNotFoundError, IsADirectoryError) as e:

@@ -30,6 +30,7 @@ from engine.model.store import ModelError, load_model
 from engine.parser import FirstOrderParser
 
 COMPONENTS = ("tokenizer", "tagger", "parser", "labeler")
+MAX_TAG_SAMPLES = 100  # a model's default number of tag sequences (manifest ``inference.tag_samples``)
 _CLASSES = {
     "tokenizer": ("engine.text.tokenizer", "Tokenizer"),
     "tagger": ("engine.text.tagger", "Tagger"),
@@ -63,6 +64,14 @@ class Pipeline:
         return self.parser.manifest
 
     @property
+    def default_tag_samples(self) -> int:
+        """Tag sequences to average the marginals over when a caller does not say (``engine.decode.tag_marginal``):
+        the manifest's ``inference.tag_samples`` for a model with a tagger, else 0."""
+        if self.tagger is None:
+            return 0
+        return int((self.manifest.get("inference") or {}).get("tag_samples", 0))
+
+    @property
     def components(self) -> list[str]:
         return [name for name in COMPONENTS if name == "parser" or getattr(self, name) is not None]
 
@@ -84,6 +93,10 @@ class Pipeline:
                 raise ModelError(f"{directory}: component {name!r} cannot be loaded ({e})") from e
         if "component" in (stored.manifest.get("labeler") or {}) and "labeler" not in parts:
             raise ModelError(f"{directory}: the manifest refers to a labeler component that is missing")
+        k = (stored.manifest.get("inference") or {}).get("tag_samples", 0)
+        if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= MAX_TAG_SAMPLES:
+            raise ModelError(f"{directory}: manifest inference.tag_samples must be an integer from 0 to "
+                             f"{MAX_TAG_SAMPLES}, got {k!r}")
         return cls(parser, **parts)
 
     def save(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None,

@@ -14,6 +14,9 @@ MODEL_REF = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[0-9]{1,9})?$"
 """A model reference: a name, optionally ``@version`` (``my-model@2``); the newest version by default."""
 
 
+MAX_TAG_SAMPLES = 16
+
+
 class InferenceOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -26,10 +29,11 @@ class InferenceOptions(BaseModel):
     epsilon: float = Field(1e-4, ge=0.0, le=1.0, description="gain threshold of relaxed inference")
     rounds: int | None = Field(None, ge=1, le=100, description="relaxed: at most this many rounds of adding "
                                "factors (default: until no factor's gain exceeds epsilon)")
-    tag_samples: int = Field(0, ge=0, le=16, description="sentences tagged by the model: average the arc marginals "
-                             "over the best tags and this many tag sequences drawn from the tagger's posterior "
-                             "(head probabilities that account for tagging uncertainty; costs one parse per "
-                             "sample; /parse and /marginals only)")
+    tag_samples: int | None = Field(None, ge=0, le=MAX_TAG_SAMPLES, description="sentences tagged by the model: "
+                                    "average the arc marginals over the best tags and this many tag sequences drawn "
+                                    "from the tagger's posterior (head probabilities that account for tagging "
+                                    "uncertainty; one more parse per distinct sequence; /parse and /marginals "
+                                    "only). Default: the model's (GET /models), 0 on the other routes")
 
 
 class ParseRequest(BaseModel):
@@ -170,6 +174,8 @@ class ModelInfo(BaseModel):
     needs_tags: bool
     has_tokenizer: bool
     default_inference: str
+    default_tag_samples: int = Field(0, description="inference.tag_samples of /parse and /marginals when a request "
+                                     "does not give it")
 
 
 class ModelsResponse(BaseModel):

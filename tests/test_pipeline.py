@@ -10,11 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.bp_parser import BPParser
 from engine.cli import main
 from engine.data.conllu_io import read_conllu
 from engine.decode.mbr import mbr_decode
 from engine.decode.mst import is_tree
 from engine.decode.tag_marginal import parse_over_tag_samples, retagged
+from engine.model.store import ModelError
 from engine.pipeline import Pipeline
 from engine.training.pipeline import TrainOptions, TrainOptionsError, train_model
 
@@ -149,8 +151,29 @@ def test_marginals_averaged_over_tag_samples(trained: tuple[Path, Path, dict]) -
         np.testing.assert_allclose(p.head_probs, expected[p.heads[1:], np.arange(1, len(p.heads))])
         assert len(p.deprels) == len(dev[i].forms) and p.distribution is None
         assert p.diagnostics["tag_samples"] == 3
-    same = parse_over_tag_samples(dev, [[(s.upos, s.xpos)] * 2 for s in dev], parser.parse, parser.constraint,
+    parsed_sentences = []
+
+    def counting_parse(batch: list) -> list:
+        parsed_sentences.extend(batch)
+        return parser.parse(batch)
+
+    same = parse_over_tag_samples(dev, [[(s.upos, s.xpos)] * 2 for s in dev], counting_parse, parser.constraint,
                                   parser.labeler)
+    assert len(parsed_sentences) == len(dev)  # a sequence equal to the best tags is not parsed again
+    def others(j: int) -> list:
+        """Distinct sampled sequences of sentence j other than its best tags."""
+        best = (tuple(dev[j].upos), tuple(dev[j].xpos))
+        return sorted({(tuple(u), tuple(x)) for u, x in samples[j]} - {best})
+
+    i = next(j for j in range(len(dev)) if len(others(j)) >= 2)
+    best = (dev[i].upos, dev[i].xpos)
+    a, b = ((list(u), list(x)) for u, x in others(i)[:2])
+    parsed_sentences.clear()
+    repeated = parse_over_tag_samples([dev[i]], [[a, a, b, best]], counting_parse, parser.constraint, parser.labeler)
+    assert len(parsed_sentences) == 3  # best, a and b once each
+    runs = [parser.parse([retagged(dev[i], tags)])[0].marginals for tags in (best, a, a, b, best)]
+    np.testing.assert_allclose(repeated[0].marginals, np.mean(runs, axis=0), atol=1e-12)
+    assert repeated[0].diagnostics["tag_samples"] == 4 and repeated[0].diagnostics["tag_parses"] == 3
     for a, b in zip(single, same, strict=True):
         np.testing.assert_allclose(a.marginals, b.marginals, atol=1e-12)
         assert a.heads.tolist() == b.heads.tolist() and a.deprels == b.deprels
@@ -177,3 +200,57 @@ def test_cli_text_needs_a_tokenizer(capsys: pytest.CaptureFixture[str]) -> None:
     repo_model = Path(__file__).resolve().parents[1] / "models" / "en_ewt-o1"
     assert main(["parse", "--model", str(repo_model), "--text", "Hello there."]) == 2
     assert "no tokenizer" in capsys.readouterr().err
+
+
+def test_average_weights_of_parsers(trained: tuple[Path, Path, dict], tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``engine average``: the mean of the weights, the components kept, the sources recorded, dev scored;
+    models whose weights do not mean the same features are refused."""
+    model, dev, _ = trained
+    other = Pipeline.load(model)
+    first_weights = other.parser.weights.copy()
+    rng = np.random.default_rng(1)
+    other.parser.weights = first_weights + rng.normal(0, 0.05, first_weights.shape)
+    other.save(tmp_path / "other")
+    second_weights = Pipeline.load(tmp_path / "other").parser.weights  # as stored (float16)
+    out = tmp_path / "avg"
+    assert main(["average", "--models", str(model), str(tmp_path / "other"), "--out", str(out),
+                 "--dev", str(dev), "--tag-samples", "2", "--components-from", str(model)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    averaged = Pipeline.load(out)
+    expected = (first_weights + second_weights) / 2
+    np.testing.assert_allclose(averaged.parser.weights, expected, rtol=2**-10, atol=1e-7)  # float16 storage
+    assert averaged.components == ["tokenizer", "tagger", "parser", "labeler"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [s["model"] for s in manifest["training"]["averaged"]] == [model.name, "other"]
+    assert {s["train_file"] for s in manifest["training"]["averaged"]} == {"train.conllu"}
+    assert manifest["training"]["components_from"]["train_file"] == "train.conllu"
+    assert manifest["name"] == "avg" and manifest["metrics"]["dev"] == summary["dev"]
+    assert 0 < summary["dev"]["uas"] <= 100 and 0 < summary["dev"]["upos"] <= 100
+    assert averaged.default_tag_samples == 2 and summary["dev"]["tag_samples"] == 2
+    # the dev scores are those of `evaluate --tags predicted` on the averaged model, with its 2 tag samples
+    assert main(["evaluate", "--model", str(out), "--data", str(dev), "--tags", "predicted", "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert (scores["uas"], scores["las"]) == pytest.approx((summary["dev"]["uas"], summary["dev"]["las"]))
+    assert scores["tag_samples"] == 2
+    assert main(["evaluate", "--model", str(out), "--data", str(dev), "--tags", "predicted", "--json",
+                 "--tag-samples", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)["tag_samples"] == 0
+    # k-best trees need one tagging: the model's default gives way, an explicit --tag-samples is refused
+    assert main(["parse", "--model", str(out), "--text", "Dogs bark.", "--kbest", "2"]) == 0
+    assert capsys.readouterr().out.count("# kbest_rank") == 2
+    manifest["inference"]["tag_samples"] = -1
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelError, match="inference.tag_samples"):
+        Pipeline.load(out)
+
+    BPParser.from_first_order(Pipeline.load(model).parser).save(tmp_path / "bp")
+    BPParser.from_first_order(Pipeline.load(model).parser, prune=True).save(tmp_path / "pruned-a")
+    BPParser.from_first_order(Pipeline.load(tmp_path / "other").parser, prune=True).save(tmp_path / "pruned-b")
+    pruned = [str(tmp_path / "pruned-a"), str(tmp_path / "pruned-b")]
+    for models, message in (([str(model)], "at least two models"),
+                            ([str(model), str(tmp_path / "bp")], "cannot average them"),
+                            (pruned, "different first-order pruners")):
+        assert main(["average", "--models", *models, "--out", str(tmp_path / "bad")]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()

@@ -240,7 +240,8 @@ def test_tag_samples_average_the_marginals_of_tagged_sentences(client: TestClien
     r = client.post("/marginals", json=req)
     assert r.status_code == 200, r.text
     rows = np.array(r.json()["sentences"][0]["marginals"])
-    plain = np.array(client.post("/marginals", json={"tokens": [words]}).json()["sentences"][0]["marginals"])
+    single = {"tokens": [words], "inference": {"tag_samples": 0}}
+    plain = np.array(client.post("/marginals", json=single).json()["sentences"][0]["marginals"])
     assert rows.shape == plain.shape and not np.allclose(rows, plain)  # the samples moved some head probabilities
     np.testing.assert_allclose(rows.sum(axis=1), 1.0, atol=1e-6)
     parsed = client.post("/parse", json=req)
@@ -252,6 +253,14 @@ def test_tag_samples_average_the_marginals_of_tagged_sentences(client: TestClien
     assert all(s["inference"]["tag_samples"] == 0 for s in given)  # tags came with the request
     for route in ("/kbest", "/sample", "/confidence"):
         assert_problem(client.post(route, json=req), 422, field="inference.tag_samples")
+    # without tag_samples: the model's default on /parse and /marginals, one tagging on the other routes
+    (info,) = [m for m in client.get("/models").json()["models"] if m["name"] == "en_ewt"]
+    default = client.post("/parse", json={"tokens": [words]}).json()["sentences"][0]["inference"]
+    assert default["tag_samples"] == info["default_tag_samples"]
+    got = client.get("/marginals", params={"tokens": words, "tag_samples": 0}).json()["sentences"][0]["marginals"]
+    np.testing.assert_allclose(got, plain, atol=1e-12)
+    for route in ("/kbest", "/sample", "/confidence"):
+        assert client.post(route, json={"tokens": [words]}).status_code == 200, route
     assert_problem(client.post("/parse", json={"tokens": [WORDS], "inference": {"tag_samples": 17}}), 422,
                    field="inference.tag_samples")
 

@@ -20,6 +20,7 @@ from service import parsing
 from service.inputs import sentences_from_request
 from service.problems import ProblemError
 from service.schemas import (
+    MAX_TAG_SAMPLES,
     MODEL_REF,
     ConfidenceResponse,
     KBestRequest,
@@ -49,6 +50,9 @@ async def _run(state: ServiceState, req: ParseRequest, build: Builder, *, max_wo
         raise ProblemError(422, "Invalid input", "inference.tag_samples is available on /parse and /marginals "
                            "only (trees and confidence intervals need a single tagging)", kind="invalid-input",
                            field="inference.tag_samples")
+    if req.inference.tag_samples is None:  # the model's default where it applies
+        default = min(entry.pipeline.default_tag_samples, MAX_TAG_SAMPLES) if tag_samples_ok else 0
+        req = req.model_copy(update={"inference": req.inference.model_copy(update={"tag_samples": default})})
     parsing.resolve_method(entry, req.inference)
     if req.inference.iterations > state.settings.max_iterations:
         raise ProblemError(422, "Invalid input", f"at most {state.settings.max_iterations} BP iterations",
@@ -97,15 +101,18 @@ async def marginals_get(
     model: Annotated[str | None, Query(pattern=MODEL_REF)] = None,
     method: Annotated[str | None, Query(pattern="^(exact|bp|relaxed)$")] = None,
     iterations: Annotated[int, Query(ge=1, le=50)] = 5,
+    tag_samples: Annotated[int | None, Query(ge=0, le=MAX_TAG_SAMPLES, description="as inference.tag_samples of "
+                                             "POST /marginals")] = None,
 ) -> JSONResponse:
     """The same as ``POST /marginals`` for one sentence given in the query string."""
     try:
         req = ParseRequest(text=text, tokens=[tokens] if tokens is not None else None,
                            tags=[tags] if tags is not None else None, xpos=[xpos] if xpos is not None else None,
-                           model=model, inference={"method": method, "iterations": iterations})
+                           model=model, inference={"method": method, "iterations": iterations,
+                                                   "tag_samples": tag_samples})
     except ValidationError as e:
         raise RequestValidationError([{**err, "loc": ("query", *err["loc"])} for err in e.errors()]) from e
-    return JSONResponse(await _run(state, req, parsing.marginals_json))
+    return JSONResponse(await _run(state, req, parsing.marginals_json, tag_samples_ok=True))
 
 
 @router.post("/confidence", response_model=ConfidenceResponse, responses=ERRORS)

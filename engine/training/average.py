@@ -1,0 +1,69 @@
+"""One model from several: the mean of the weights of parsers trained alike from different seeds.
+
+Parsers trained with the same features, pruner and recipe but different shuffles (``--seed``) reach
+nearby weight vectors; their mean is again a parser of the same size and speed, usually better than
+each (a "model soup", Wortsman et al. 2022; the same reason as averaging the iterates of one run,
+Collins 2002, which ``train`` already does). Averaging is only meaningful between models that score the
+same features the same way, so every model must have the same order, tree, feature templates and
+dimensions, and the same first-order pruner: ``average_parsers`` refuses anything else and says why.
+
+On EWT dev with predicted tags three seeds of the shipped recipe (85.62, 85.45, 85.64 UAS) average to
+85.72 (README, *From raw text*).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.bp_parser import BPParser, load_any
+from engine.model.store import ModelError, file_sha256, load_model
+from engine.parser import FirstOrderParser
+
+# manifest fields that decide what a weight means; models must agree on all of them
+_SAME = ("order", "tree", "features", "pruning")
+
+
+def average_parsers(directories: list[str | os.PathLike[str]]) -> FirstOrderParser | BPParser:
+    """The parser of ``directories[0]`` with the mean of all their weights; its manifest records the sources
+    under ``training.averaged`` and drops ``metrics`` (they were measured for one source, not the mean)."""
+    if len(directories) < 2:
+        raise ModelError("averaging needs at least two models")
+    parsers = []
+    for directory in directories:
+        parser = load_any(directory, load_model(directory))
+        if parsers:
+            _check_compatible(directories[0], parsers[0], directory, parser)
+        parsers.append(parser)
+    first = parsers[0]
+    first.weights = np.mean([p.weights for p in parsers], axis=0)
+    sources = [_source(d, p.manifest) for d, p in zip(directories, parsers, strict=True)]
+    first.manifest = {k: v for k, v in first.manifest.items() if k not in ("metrics", "training", "components")}
+    first.manifest["training"] = {"averaged": sources, "method": "mean of the weights"}
+    return first
+
+
+def _check_compatible(a_dir: str | os.PathLike[str], a: Any, b_dir: str | os.PathLike[str], b: Any) -> None:
+    if type(a) is not type(b):
+        raise ModelError(f"{b_dir} is a {type(b).__name__} but {a_dir} a {type(a).__name__}: cannot average them")
+    for key in _SAME:
+        if a.manifest.get(key) != b.manifest.get(key):
+            raise ModelError(f"{b_dir} and {a_dir} differ in {key!r}: their weights do not mean the same features")
+    if a.weights.shape != b.weights.shape:
+        raise ModelError(f"{b_dir} has {b.weights.shape} weights but {a_dir} {a.weights.shape}")
+    pa, pb = getattr(a, "pruner", None), getattr(b, "pruner", None)
+    if (pa is None) != (pb is None) or (pa is not None and not np.array_equal(pa, pb)):
+        raise ModelError(f"{b_dir} and {a_dir} have different first-order pruners: train them with the same "
+                         "--pruner to average them")
+
+
+def _source(directory: str | os.PathLike[str], manifest: dict[str, Any]) -> dict[str, Any]:
+    training = manifest.get("training", {})
+    dev = manifest.get("metrics", {}).get("dev", {})
+    return {"model": Path(directory).name, "name": manifest.get("name"),
+            "weights_sha256": file_sha256(Path(directory) / manifest["arrays"]["weights"]["file"]),
+            **{k: training.get(k) for k in ("train_file", "train_sha256", "dev_file", "seed", "best_epoch")},
+            "dev_uas": dev.get("uas")}
