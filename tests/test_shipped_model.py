@@ -48,8 +48,15 @@ def test_default_model_is_the_full_pipeline() -> None:
     assert sum(p.stat().st_size for p in PIPELINE.iterdir()) < 120 * 2**20  # half-precision arrays (183 MB at float32)
     pipeline = Pipeline.load(default)
     assert pipeline.components == ["tokenizer", "tagger", "parser", "labeler"]
+    # the parser is the mean of several seeds' weights (engine average); every source records its training
+    # data, and the tokenizer, tagger and labeller come from a pipeline trained on EWT train
     training = pipeline.manifest["training"]
-    assert training["train_file"] == "en_ewt-ud-train.conllu" and len(training["train_sha256"]) == 64
+    sources = training.get("averaged", [training])
+    assert all(len(source["train_sha256"]) == 64 and len(source.get("weights_sha256", "x" * 64)) == 64
+               for source in sources)
+    origin = training.get("components_from", training)
+    assert origin["train_file"] == "en_ewt-ud-train.conllu" and len(origin["train_sha256"]) == 64
+    assert pipeline.default_tag_samples == 8
     assert pipeline.parser.constraint.tree == "nonprojective" and pipeline.parser.constraint.root == "single"
     assert pipeline.manifest["metrics"]["dev"]["upos"] >= 95.0  # recorded at training time, predicted tags
 
