@@ -278,8 +278,10 @@ def _check_tag_samples(args: argparse.Namespace) -> None:
     model's default after)."""
     if args.tag_samples is None:
         return
-    if not 0 <= args.tag_samples <= 100:
-        raise UsageError(f"--tag-samples must be between 0 and 100, got {args.tag_samples}")
+    from engine.pipeline import MAX_TAG_SAMPLES
+
+    if not 0 <= args.tag_samples <= MAX_TAG_SAMPLES:
+        raise UsageError(f"--tag-samples must be between 0 and {MAX_TAG_SAMPLES}, got {args.tag_samples}")
     if args.tag_samples and args.constraint:
         raise UsageError("--tag-samples decodes under the model's tree; it cannot be combined with --constraint")
 

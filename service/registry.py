@@ -26,7 +26,7 @@ from engine.bp_parser import BPParser
 from engine.model.store import ModelError
 from engine.parser import FirstOrderParser
 from engine.pipeline import Pipeline
-from service.schemas import MAX_TAG_SAMPLES
+from service.schemas import REQUEST_MAX_TAG_SAMPLES
 from service.settings import MODEL_NAME
 
 log = logging.getLogger("service.registry")
@@ -89,7 +89,7 @@ class ModelEntry:
                 "components": self.pipeline.components, "needs_tags": self.needs_tags,
                 "has_tokenizer": self.has_tokenizer,
                 "default_inference": self.default_method,
-                "default_tag_samples": min(self.pipeline.default_tag_samples, MAX_TAG_SAMPLES)}
+                "default_tag_samples": min(self.pipeline.default_tag_samples, REQUEST_MAX_TAG_SAMPLES)}
 
 
 class UnknownModel(LookupError):

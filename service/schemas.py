@@ -14,7 +14,7 @@ MODEL_REF = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[0-9]{1,9})?$"
 """A model reference: a name, optionally ``@version`` (``my-model@2``); the newest version by default."""
 
 
-MAX_TAG_SAMPLES = 16
+REQUEST_MAX_TAG_SAMPLES = 16  # per request (a model default above it is capped here)
 
 
 class InferenceOptions(BaseModel):
@@ -29,11 +29,11 @@ class InferenceOptions(BaseModel):
     epsilon: float = Field(1e-4, ge=0.0, le=1.0, description="gain threshold of relaxed inference")
     rounds: int | None = Field(None, ge=1, le=100, description="relaxed: at most this many rounds of adding "
                                "factors (default: until no factor's gain exceeds epsilon)")
-    tag_samples: int | None = Field(None, ge=0, le=MAX_TAG_SAMPLES, description="sentences tagged by the model: "
-                                    "average the arc marginals over the best tags and this many tag sequences drawn "
-                                    "from the tagger's posterior (head probabilities that account for tagging "
-                                    "uncertainty; one more parse per distinct sequence; /parse and /marginals "
-                                    "only). Default: the model's (GET /models), 0 on the other routes")
+    tag_samples: int | None = Field(
+        None, ge=0, le=REQUEST_MAX_TAG_SAMPLES, description="sentences tagged by the model: average the arc "
+        "marginals over the best tags and this many tag sequences drawn from the tagger's posterior (head "
+        "probabilities that account for tagging uncertainty; one more parse per distinct sequence; /parse and "
+        "/marginals only). Default: the model's (GET /models), 0 on the other routes")
 
 
 class ParseRequest(BaseModel):

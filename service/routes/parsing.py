@@ -20,8 +20,8 @@ from service import parsing
 from service.inputs import sentences_from_request
 from service.problems import ProblemError
 from service.schemas import (
-    MAX_TAG_SAMPLES,
     MODEL_REF,
+    REQUEST_MAX_TAG_SAMPLES,
     ConfidenceResponse,
     KBestRequest,
     MarginalsResponse,
@@ -51,7 +51,7 @@ async def _run(state: ServiceState, req: ParseRequest, build: Builder, *, max_wo
                            "only (trees and confidence intervals need a single tagging)", kind="invalid-input",
                            field="inference.tag_samples")
     if req.inference.tag_samples is None:  # the model's default where it applies
-        default = min(entry.pipeline.default_tag_samples, MAX_TAG_SAMPLES) if tag_samples_ok else 0
+        default = min(entry.pipeline.default_tag_samples, REQUEST_MAX_TAG_SAMPLES) if tag_samples_ok else 0
         req = req.model_copy(update={"inference": req.inference.model_copy(update={"tag_samples": default})})
     parsing.resolve_method(entry, req.inference)
     if req.inference.iterations > state.settings.max_iterations:
@@ -101,8 +101,8 @@ async def marginals_get(
     model: Annotated[str | None, Query(pattern=MODEL_REF)] = None,
     method: Annotated[str | None, Query(pattern="^(exact|bp|relaxed)$")] = None,
     iterations: Annotated[int, Query(ge=1, le=50)] = 5,
-    tag_samples: Annotated[int | None, Query(ge=0, le=MAX_TAG_SAMPLES, description="as inference.tag_samples of "
-                                             "POST /marginals")] = None,
+    tag_samples: Annotated[int | None, Query(ge=0, le=REQUEST_MAX_TAG_SAMPLES,
+                                             description="as inference.tag_samples of POST /marginals")] = None,
 ) -> JSONResponse:
     """The same as ``POST /marginals`` for one sentence given in the query string."""
     try:
