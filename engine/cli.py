@@ -60,6 +60,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                    "gold tree, ar = annealed risk, l2+ar = L2 then annealed risk (Gormley et al. 2015)")
     p.add_argument("--anneal", default="1.0,0.1", metavar="T0,T1",
                    help="annealed-risk temperature, linear from T0 to T1 over the AR steps")
+    p.add_argument("--tag-samples", type=int, default=0, metavar="K",
+                   help="the model's default --tag-samples for parse, evaluate and the service (needs the tagger; "
+                   "the dev scores are then measured with it too)")
 
 
 def _add_model_io(p: argparse.ArgumentParser) -> None:
@@ -205,7 +208,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             max_sentences=args.max_sentences or None, factors=tuple(f for f in args.factors.split(",") if f),
             bp_iterations=args.bp_iterations, second_dim=args.second_dim, name=args.name,
             components=tuple(c for c in args.components.split(",") if c), folds=args.folds,
-            objective=args.objective, anneal=_temperatures(args.anneal))
+            objective=args.objective, anneal=_temperatures(args.anneal), tag_samples=args.tag_samples)
         summary = train_model(args.train, args.dev, args.out, options, pruner_path=args.pruner,
                               progress=not args.quiet)
     except TrainOptionsError as e:

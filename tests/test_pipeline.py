@@ -32,7 +32,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory, ewt_dir: Path) -> tuple[Pa
     tmp = tmp_path_factory.mktemp("pipeline")
     train = sample(ewt_dir / "en_ewt-ud-train.conllu", tmp / "train.conllu", 400)
     dev = sample(ewt_dir / "en_ewt-ud-dev.conllu", tmp / "dev.conllu", 60)
-    options = TrainOptions(epochs=2, dim=2**18, folds=3)
+    options = TrainOptions(epochs=2, dim=2**18, folds=3, tag_samples=2)
     summary = train_model(train, dev, tmp / "model", options, progress=False)
     return tmp / "model", dev, summary
 
@@ -47,6 +47,9 @@ def test_pipeline_trains_every_component(trained: tuple[Path, Path, dict]) -> No
     assert set(manifest["components"]) == {"tokenizer", "tagger", "labeler"}
     assert all(name.split(".")[0] in {"weights", "tokenizer", "tagger", "labeler"} for name in manifest["arrays"])
     assert manifest["arrays"]["weights"]["dtype"] == "float16"  # a pipeline is stored at half precision
+    # the model's default tag samples, and its dev scores measured with them
+    assert manifest["inference"] == {"tag_samples": 2} and pipeline.default_tag_samples == 2
+    assert summary["dev"]["tag_samples"] == 2
 
 
 def test_half_precision_pipeline_parses_like_full_precision(trained: tuple[Path, Path, dict], tmp_path: Path) -> None:

@@ -152,9 +152,10 @@ def test_job_config() -> None:
     assert config.factors == ["sib", "grand"] and config.epochs == 8 and config.dim == 2**22
     options = config.to_options()
     assert options.order == 2 and options.factors == ("sib", "grand") and options.name == "my-model_1.0"
+    assert options.tag_samples == 0 and JobConfig(tag_samples=4).to_options().tag_samples == 4
     for bad in ({"name": "../x"}, {"name": ""}, {"epochs": 0}, {"epochs": 51}, {"order": 3}, {"factors": ["cousin"]},
                 {"dim": 2**25}, {"learning_rate": 0}, {"bp_iterations": 21}, {"unknown": 1}, {"max_sentences": 0},
-                {"l2": float("nan")}):
+                {"l2": float("nan")}, {"tag_samples": 17}, {"tag_samples": 2, "components": ["parser"]}):
         with pytest.raises(ValidationError):
             JobConfig.model_validate(bad)
     schema = JobConfig.model_json_schema()

@@ -40,6 +40,8 @@ def toy(tmp_path: Path) -> Path:
     ({"l2": -1.0}, "l2 must be >= 0"),
     ({"max_sentences": 0}, "max_sentences"),
     ({"order": 2, "factors": ("grand", "cousin")}, "unknown factor families: cousin"),
+    ({"tag_samples": -1}, "tag_samples must be an integer from 0 to 100"),
+    ({"tag_samples": 2, "components": ("parser", "labeler")}, "tag_samples needs the tagger"),
 ])
 def test_options_are_checked(bad: dict, message: str) -> None:
     with pytest.raises(TrainOptionsError, match=message):

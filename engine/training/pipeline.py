@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from engine.data.conllu_io import ConlluError, read_conllu
+from engine.pipeline import MAX_TAG_SAMPLES
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class TrainOptions:
     # and the labeler's second stage on first-stage labels predicted the same way (stacking)
     objective: str = "cll"  # cll, or approximation-aware l2, ar, l2+ar (engine.training.erma)
     anneal: tuple[float, float] = (1.0, 0.1)  # annealed-risk temperature, start -> end
+    tag_samples: int = 0  # the model's default --tag-samples (manifest inference.tag_samples; needs a tagger)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "factors", tuple(self.factors))
@@ -89,6 +91,12 @@ class TrainOptions:
             raise TrainOptionsError(f"learning_rate must be > 0, got {self.learning_rate!r}")
         if not (np.isfinite(self.l2) and self.l2 >= 0):
             raise TrainOptionsError(f"l2 must be >= 0, got {self.l2!r}")
+        if not isinstance(self.tag_samples, int) or isinstance(self.tag_samples, bool) or \
+                not 0 <= self.tag_samples <= MAX_TAG_SAMPLES:
+            raise TrainOptionsError(f"tag_samples must be an integer from 0 to {MAX_TAG_SAMPLES}, "
+                                    f"got {self.tag_samples!r}")
+        if self.tag_samples and "tagger" not in self.components:
+            raise TrainOptionsError("tag_samples needs the tagger component (tag sequences come from it)")
         if self.objective not in OBJECTIVES:
             raise TrainOptionsError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
         object.__setattr__(self, "anneal", tuple(self.anneal))
@@ -313,7 +321,17 @@ def train_model(
     dev_scores = None
     if dev:
         report("evaluating")
-        dev_scores = attachment(dev, model.parse(dev) if order == 1 else model.parse(dev, inference))
+        def parse(sentences: list[Any]) -> list[Any]:
+            return model.parse(sentences) if order == 1 else model.parse(sentences, inference)
+
+        if options.tag_samples:  # scored as `evaluate --tags predicted` will score the model: with its default
+            from engine.decode.tag_marginal import draw_tag_samples, parse_over_tag_samples
+
+            draws = draw_tag_samples(parts["tagger"], dev, range(len(dev)), options.tag_samples)
+            dev_scores = attachment(dev, parse_over_tag_samples(dev, draws, parse, model.constraint, model.labeler))
+            dev_scores["tag_samples"] = options.tag_samples
+        else:
+            dev_scores = attachment(dev, parse(dev))
     extra = extra_manifest() if callable(extra_manifest) else extra_manifest
     if dev_scores is not None and dev_gold is not dev:
         pairs = [(g, p) for gs, ps in zip(dev_gold, dev, strict=True) for g, p in zip(gs.upos, ps.upos, strict=True)]
@@ -327,6 +345,7 @@ def train_model(
                      "best_epoch": result.best_epoch, "history": result.history,
                      "seconds": round(result.seconds, 1), "interrupted": result.interrupted},
         "metrics": {"dev": dev_scores},
+        **({"inference": {"tag_samples": options.tag_samples}} if options.tag_samples else {}),
         **(extra or {}),
     })
     report("done")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 if TYPE_CHECKING:
     from engine.training.pipeline import TrainOptions
@@ -48,6 +48,9 @@ class JobConfig(BaseModel):
                                         min_length=1, max_length=4, description="What to train: the parser always; "
                                         "tokenizer (raw text), tagger (UPOS/XPOS; the parser then trains on "
                                         "jackknifed tags), labeler (log-linear DEPREL).")
+    tag_samples: int = Field(0, ge=0, le=16, description="The model's default inference.tag_samples: marginals "
+                             "of words it tags averaged over this many tag sequences from its tagger as well "
+                             "as the best one (needs the tagger component).")
 
     @field_validator("factors")
     @classmethod
@@ -61,6 +64,12 @@ class JobConfig(BaseModel):
             raise ValueError("components must include parser")
         return list(dict.fromkeys(components))
 
+    @model_validator(mode="after")
+    def _tag_samples_need_a_tagger(self) -> JobConfig:
+        if self.tag_samples and "tagger" not in self.components:
+            raise ValueError("tag_samples needs the tagger component (the tag sequences come from it)")
+        return self
+
     def to_options(self) -> TrainOptions:
         """The engine's training options for this config."""
         from engine.training.pipeline import TrainOptions
@@ -70,4 +79,4 @@ class JobConfig(BaseModel):
                             seed=self.seed, average=self.average, max_sentences=self.max_sentences,
                             factors=tuple(self.factors), bp_iterations=self.bp_iterations,
                             second_dim=self.second_dim, name=self.name,
-                            components=tuple(dict.fromkeys(self.components)))
+                            components=tuple(dict.fromkeys(self.components)), tag_samples=self.tag_samples)
