@@ -5,6 +5,7 @@
     python bench/predicted_tags.py score --files DIR MODEL[:T] [MODEL[:T] ...] [--soup] [--subsets]
         [--tag-samples K --tagger PIPELINE] [--oracle]
     python bench/predicted_tags.py labels --model PIPELINE [--samples 4 8 16 32]
+    python bench/predicted_tags.py errors --model PIPELINE [--tag-samples K]
 
 ``files`` writes ``train-jk.conllu`` (EWT train with tags jackknifed over 5 folds, as the pipeline
 trains its parser) and ``dev-pred.conllu`` (EWT dev tagged by a tagger trained on all of train); the
@@ -18,7 +19,10 @@ K tag sequences sampled from the posterior of ``--tagger``'s CRF (Viterbi tags f
 ``--oracle`` the first model given gold UPOS (XPOS predicted) and given both gold tags. ``labels``
 averages a pipeline's label distributions over its tagger's best tags and K sequences sampled from the
 tagger's posterior, and prints label accuracy on the gold trees and LAS on the pipeline's own trees for
-each K (0 = the best tags only).
+each K (0 = the best tags only). ``errors`` parses dev as ``evaluate --tags predicted --tag-samples K``
+does and prints, for words whose head is right, the share of wrong labels among words with a right and a
+wrong UPOS, the most frequent label confusions, and how many distinct tag sequences the K draws hold
+(the parses ``engine.decode.tag_marginal`` needs per sentence).
 """
 
 from __future__ import annotations
@@ -160,6 +164,47 @@ def labels(args: argparse.Namespace) -> None:
     print(json.dumps(report))
 
 
+def errors(args: argparse.Namespace) -> None:
+    """Label errors by tag correctness on the pipeline's own dev parses, and the distinct tag samples."""
+    from collections import Counter
+
+    from engine.decode.tag_marginal import parse_over_tag_samples
+    from engine.pipeline import Pipeline
+
+    gold = read_conllu(EWT / "en_ewt-ud-dev.conllu")
+    pipeline = Pipeline.load(args.model)
+    inputs = copy.deepcopy(gold)
+    _, draws = pipeline.tag_and_sample(inputs, retag=True, samples=args.tag_samples)
+    parser = pipeline.parser
+    parsed = parse_over_tag_samples(inputs, draws, lambda b: parser.parse(b, BPConfig(max_iterations=5,
+                                    schedule="serial")), parser.constraint, parser.labeler)
+    right_head = Counter()
+    wrong_label = Counter()
+    confusions: Counter = Counter()
+    for g, s, p in zip(gold, inputs, parsed, strict=True):
+        for j in range(g.n):
+            if p.heads[j + 1] != g.heads[j + 1]:
+                continue
+            tag_ok = g.upos[j] == s.upos[j]
+            right_head[tag_ok] += 1
+            gl, pl = g.deprels[j].split(":")[0], p.deprels[j].split(":")[0]
+            if gl != pl:
+                wrong_label[tag_ok] += 1
+                confusions[f"{gl} -> {pl}"] += 1
+    distinct = [len({(tuple(u), tuple(x)) for u, x in d} - {(tuple(s.upos), tuple(s.xpos))})
+                for s, d in zip(inputs, draws, strict=True)]
+    words = sum(s.n for s in inputs)
+    print(json.dumps({
+        "wrong labels among right heads, % (right UPOS / wrong UPOS)": [
+            round(100 * wrong_label[ok] / max(right_head[ok], 1), 2) for ok in (True, False)],
+        "right heads (right UPOS / wrong UPOS)": [right_head[True], right_head[False]],
+        "top label confusions (gold -> predicted)": dict(confusions.most_common(10)),
+        "distinct sampled sequences besides the best, per sentence": round(float(np.mean(distinct)), 2),
+        "parses per sentence, weighted by length": round(1 + sum(s.n * d for s, d in zip(inputs, distinct,
+                                                                                          strict=True)) / words, 2),
+    }, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -184,8 +229,11 @@ def main() -> None:
     p = sub.add_parser("labels", help="labels averaged over tag sequences sampled from the tagger's posterior")
     p.add_argument("--model", required=True, help="a pipeline (tagger, parser, labeller)")
     p.add_argument("--samples", type=int, nargs="+", default=[8, 16, 32])
+    p = sub.add_parser("errors", help="label errors by tag correctness; distinct tag samples")
+    p.add_argument("--model", required=True, help="a pipeline (tagger, parser, labeller)")
+    p.add_argument("--tag-samples", type=int, default=8)
     args = ap.parse_args()
-    {"files": files, "cold": cold, "score": score, "labels": labels}[args.command](args)
+    {"files": files, "cold": cold, "score": score, "labels": labels, "errors": errors}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.bp_parser import BPParser  # noqa: E402
 from engine.data.conllu_io import read_conllu  # noqa: E402
 from engine.decode.tag_marginal import parse_over_tag_samples  # noqa: E402
-from engine.evaluation.metrics import attachment_scores  # noqa: E402
+from engine.evaluation.metrics import attachment_scores, tag_accuracy  # noqa: E402
 from engine.inference.bp import BPConfig  # noqa: E402
 from engine.model.store import load_model, save_model  # noqa: E402
 from engine.pipeline import Pipeline  # noqa: E402
@@ -77,12 +77,6 @@ def bag_tags(taggers: list[Tagger], sentences: list, upos: list[str], xpos: list
     return out, draws
 
 
-def accuracy(gold: list, predicted: list, field: str) -> float:
-    pairs = [(a, b) for g, p in zip(gold, predicted, strict=True)
-             for a, b in zip(getattr(g, field), getattr(p, field), strict=True)]
-    return 100.0 * sum(a == b for a, b in pairs) / len(pairs)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--train", default=str(EWT / "en_ewt-ud-train.conllu"))
@@ -100,7 +94,7 @@ def main() -> None:
         acc = t.accuracy(dev)
         print(f"fold tagger {k}: UPOS {acc['upos']:.2f} XPOS {acc['xpos']:.2f}")
     tagged, _ = bag_tags(taggers, dev, upos, xpos, 0)
-    print(f"bag of {len(taggers)}: UPOS {accuracy(dev, tagged, 'upos'):.2f} XPOS {accuracy(dev, tagged, 'xpos'):.2f}",
+    print(f"bag of {len(taggers)}: UPOS {tag_accuracy(dev, tagged):.2f} XPOS {tag_accuracy(dev, tagged, 'xpos'):.2f}",
           flush=True)
     if not args.model:
         return

@@ -11,7 +11,6 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -220,11 +219,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_average(args: argparse.Namespace) -> int:
     from engine.bp_parser import BPParser
     from engine.inference.bp import BPConfig
-    from engine.pipeline import MAX_TAG_SAMPLES, Pipeline
+    from engine.pipeline import Pipeline
     from engine.training.average import average_parsers
 
-    if args.tag_samples is not None and not 0 <= args.tag_samples <= MAX_TAG_SAMPLES:
-        raise UsageError(f"--tag-samples must be between 0 and {MAX_TAG_SAMPLES}, got {args.tag_samples}")
+    _check_tag_samples(args)
     parser = average_parsers(args.models)
     source = Pipeline.load(args.components_from or args.models[0])
     parts = {name: getattr(source, name) for name in ("tokenizer", "tagger", "labeler")}
@@ -256,23 +254,21 @@ def cmd_average(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tagged(args: argparse.Namespace, sentences: list[Any], retag: bool) -> list[int]:
-    """Tag the sentences without UPOS (all with ``retag``) with the model's tagger, in place."""
+def _tagged(args: argparse.Namespace, sentences: list[Any], retag: bool) -> tuple[list[int], list[Any]]:
+    """Tag the sentences without UPOS (all with ``retag``) with the model's tagger, in place, drawing
+    ``--tag-samples`` sequences for each: (indices tagged, draws per sentence)."""
     try:
-        return args.pipeline.tag(sentences, retag=retag)
+        return args.pipeline.tag_and_sample(sentences, retag=retag, samples=args.tag_samples)
     except ModelError as e:
         raise UsageError(f"{args.model}: {e}") from e
 
 
-def _parse_tagged(args: argparse.Namespace, parse: Any, sentences: list[Any], tagged: Sequence[int]) -> list[Any]:
-    """``parse(sentences)``; with ``--tag-samples K``, the sentences the model tagged are also parsed under K tag
-    sequences drawn from the tagger's posterior and their marginals averaged (``engine.decode.tag_marginal``)."""
-    if not args.tag_samples or not tagged:
-        return parse(sentences)
-    from engine.decode.tag_marginal import draw_tag_samples, parse_over_tag_samples
+def _parse_tagged(args: argparse.Namespace, parse: Any, sentences: list[Any], draws: list[Any]) -> list[Any]:
+    """``parse(sentences)``, the marginals of the sentences with tag ``draws`` averaged over them as well
+    (``engine.decode.tag_marginal``)."""
+    from engine.decode.tag_marginal import parse_over_tag_samples
 
     parser = args.pipeline.parser
-    draws = draw_tag_samples(args.pipeline.tagger, sentences, tagged, args.tag_samples)
     return parse_over_tag_samples(sentences, draws, parse, parser.constraint, parser.labeler)
 
 
@@ -285,7 +281,7 @@ def _check_tag_samples(args: argparse.Namespace) -> None:
 
     if not 0 <= args.tag_samples <= MAX_TAG_SAMPLES:
         raise UsageError(f"--tag-samples must be between 0 and {MAX_TAG_SAMPLES}, got {args.tag_samples}")
-    if args.tag_samples and args.constraint:
+    if args.tag_samples and getattr(args, "constraint", None):
         raise UsageError("--tag-samples decodes under the model's tree; it cannot be combined with --constraint")
 
 
@@ -322,8 +318,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             system = args.pipeline.tokenize(raw_text(gold))
         except ModelError as e:
             raise UsageError(f"{args.model}: {e}") from e
-        tagged = _tagged(args, system, retag=True)
-        parsed = _parse_tagged(args, parse, system, tagged) if system else []
+        _, draws = _tagged(args, system, retag=True)
+        parsed = _parse_tagged(args, parse, system, draws) if system else []
         seconds = time.perf_counter() - start
         scores = evaluate_ud(gold, _system_conllu(system, parsed))
         gold_words = sum(s.n for s in gold)
@@ -354,16 +350,15 @@ def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any], pr
     ``args.tag_samples``) and score them: UAS, LAS, ECE (and UPOS when re-tagged, ``tag_samples`` used)."""
     import copy
 
-    from engine.evaluation.metrics import attachment_scores
+    from engine.evaluation.metrics import attachment_scores, tag_accuracy
 
     inputs = copy.deepcopy(gold) if predicted else gold
-    tagged = _tagged(args, inputs, retag=True) if predicted else []
-    parsed = _parse_tagged(args, parse, inputs, tagged)
+    tagged, draws = _tagged(args, inputs, retag=True) if predicted else ([], [[] for _ in inputs])
+    parsed = _parse_tagged(args, parse, inputs, draws)
     scores = attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
                                [p.head_probs for p in parsed], reliability=getattr(args, "reliability", False))
     if predicted:
-        pairs = [(g, s) for gs, ss in zip(gold, inputs, strict=True) for g, s in zip(gs.upos, ss.upos, strict=True)]
-        scores["upos"] = 100.0 * sum(g == s for g, s in pairs) / max(len(pairs), 1)
+        scores["upos"] = tag_accuracy(gold, inputs)
     scores["tag_samples"] = args.tag_samples if tagged else 0
     return scores, parsed
 
@@ -410,9 +405,9 @@ def cmd_parse(args: argparse.Namespace) -> int:
     for flag, value, limit in (("--kbest", args.kbest, 1000), ("--samples", args.samples, 100000)):
         if value is not None and not 1 <= value <= limit:
             raise UsageError(f"{flag} must be between 1 and {limit}, got {value}")
-    tagged_order = _tagged(args, sentences, retag=args.retag)
+    tagged_order, draws = _tagged(args, sentences, retag=args.retag)
     tagged = set(tagged_order)
-    parsed = _parse_tagged(args, parse, sentences, tagged_order) if sentences else []
+    parsed = _parse_tagged(args, parse, sentences, draws) if sentences else []
     labeler = pipeline.parser.labeler
     blocks = []
     for i, (s, p) in enumerate(zip(sentences, parsed, strict=True)):

@@ -26,11 +26,18 @@ import numpy as np
 
 from engine.bp_parser import BPParser, load_any
 from engine.data.conllu_io import Sentence, read_conllu
+from engine.decode.tag_marginal import TagSequence
 from engine.model.store import ModelError, load_model
 from engine.parser import FirstOrderParser
 
 COMPONENTS = ("tokenizer", "tagger", "parser", "labeler")
 MAX_TAG_SAMPLES = 100  # a model's default number of tag sequences (manifest ``inference.tag_samples``)
+
+
+def valid_tag_samples(k: object) -> bool:
+    """Whether ``k`` can be a model's default number of tag samples: an integer from 0 to MAX_TAG_SAMPLES."""
+    return isinstance(k, int) and not isinstance(k, bool) and 0 <= k <= MAX_TAG_SAMPLES
+
 _CLASSES = {
     "tokenizer": ("engine.text.tokenizer", "Tokenizer"),
     "tagger": ("engine.text.tagger", "Tagger"),
@@ -94,7 +101,7 @@ class Pipeline:
         if "component" in (stored.manifest.get("labeler") or {}) and "labeler" not in parts:
             raise ModelError(f"{directory}: the manifest refers to a labeler component that is missing")
         k = (stored.manifest.get("inference") or {}).get("tag_samples", 0)
-        if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= MAX_TAG_SAMPLES:
+        if not valid_tag_samples(k):
             raise ModelError(f"{directory}: manifest inference.tag_samples must be an integer from 0 to "
                              f"{MAX_TAG_SAMPLES}, got {k!r}")
         return cls(parser, **parts)
@@ -129,12 +136,21 @@ class Pipeline:
         """Fill UPOS and XPOS of the sentences that have no UPOS (all of them with ``retag``), in place;
         returns the indices of the sentences tagged. Raises ``ModelError`` if tags are needed and this
         model has no tagger."""
+        return self.tag_and_sample(sentences, retag)[0]
+
+    def tag_and_sample(self, sentences: Sequence[Sentence], retag: bool = False,
+                       samples: int = 0) -> tuple[list[int], list[list[TagSequence]]]:
+        """``tag``, and in the same pass ``samples`` (UPOS, XPOS) sequences drawn from the tagger's posterior
+        for each sentence it tagged (none for the others): the indices tagged and the ``samples`` argument
+        of ``engine.decode.tag_marginal.parse_over_tag_samples``."""
+        draws: list[list[TagSequence]] = [[] for _ in sentences]
         todo = [i for i, s in enumerate(sentences) if retag or untagged(s)]
         if not todo:
-            return []
+            return [], draws
         if self.tagger is None:
             raise ModelError("this model has no tagger: the input needs UPOS tags")
-        for i, result in zip(todo, self.tagger.tag([sentences[i] for i in todo]), strict=True):
+        for i, result in zip(todo, self.tagger.tag([sentences[i] for i in todo], samples=samples), strict=True):
             sentences[i].upos = list(result.upos)
             sentences[i].xpos = list(result.xpos)
-        return todo
+            draws[i] = result.samples
+        return todo, draws

@@ -12,6 +12,7 @@ import io
 import re
 
 from engine.data.conllu_io import ConlluError, Sentence, read_conllu
+from engine.decode.tag_marginal import TagSequence
 from service.problems import ProblemError
 from service.registry import ModelEntry
 from service.schemas import ParseRequest
@@ -55,9 +56,10 @@ def _per_sentence(values: list[list[str]] | None, field: str, tokens: list[list[
 
 
 def sentences_from_request(req: ParseRequest, entry: ModelEntry, settings: Settings,
-                           max_words: int | None = None) -> tuple[list[Sentence], list[int]]:
-    """The request's sentences, checked against the model's needs and the service limits, and the indices
-    of the sentences the model tagged."""
+                           max_words: int | None = None) -> tuple[list[Sentence], list[list[TagSequence]]]:
+    """The request's sentences, checked against the model's needs and the service limits, and for each the
+    ``inference.tag_samples`` tag sequences drawn from the model's tagger if it tagged the sentence (none if
+    the request gave its tags)."""
     max_words = max_words or settings.max_words
     if req.text is not None:
         sents = _from_text(req.text, entry, settings, max_words)
@@ -65,8 +67,9 @@ def sentences_from_request(req: ParseRequest, entry: ModelEntry, settings: Setti
         sents = _from_tokens(req, entry, settings, max_words)
     else:
         sents = _from_conllu(req, entry, settings, max_words)
-    tagged = entry.pipeline.tag(sents) if entry.pipeline.tagger is not None else []  # those without UPOS
-    return sents, tagged
+    if entry.pipeline.tagger is None:
+        return sents, [[] for _ in sents]
+    return sents, entry.pipeline.tag_and_sample(sents, samples=req.inference.tag_samples or 0)[1]
 
 
 def _from_text(text: str, entry: ModelEntry, settings: Settings, max_words: int) -> list[Sentence]:

@@ -14,7 +14,7 @@ import numpy as np
 
 from engine.bp_parser import BPParser
 from engine.data.conllu_io import Sentence, format_sentence
-from engine.decode.tag_marginal import draw_tag_samples, parse_over_tag_samples
+from engine.decode.tag_marginal import TagSequence, parse_over_tag_samples
 from engine.inference.bp import BPConfig
 from engine.inference.relaxed import RelaxedConfig, marginal_interval
 from engine.parser import ParsedSentence
@@ -33,12 +33,9 @@ def resolve_method(entry: ModelEntry, options: InferenceOptions) -> str:
 
 
 def run_inference(entry: ModelEntry, sentences: list[Sentence], options: InferenceOptions,
-                  tagged: Sequence[int] = ()) -> list[ParsedSentence]:
-    """Parse ``sentences``; with ``options.tag_samples``, the ``tagged`` ones (tagged by the model) are also
-    parsed under tag sequences drawn from the tagger's posterior and their marginals averaged."""
-    if not options.tag_samples or not tagged:
-        return _infer(entry, sentences, options)
-    draws = draw_tag_samples(entry.pipeline.tagger, sentences, tagged, options.tag_samples)
+                  draws: Sequence[Sequence[TagSequence]]) -> list[ParsedSentence]:
+    """Parse ``sentences``; those with tag ``draws`` (from the model's tagger) are also parsed under them and
+    their marginals averaged (``engine.decode.tag_marginal``)."""
     return parse_over_tag_samples(sentences, draws, lambda batch: _infer(entry, batch, options),
                                   entry.parser.constraint, entry.parser.labeler)
 

@@ -2,6 +2,7 @@
 
 - UAS / LAS over all words, punctuation included (CoNLL 2018 UD shared task evaluation);
 - UAS without punctuation (gold UPOS = PUNCT excluded);
+- UPOS / XPOS accuracy of predicted tags (``tag_accuracy``);
 - expected calibration error (Naeini et al. 2015; Guo et al. 2017) of the chosen heads' marginal
   probabilities against head correctness: 15 equal-width bins over [0, 1],
   ``ECE = sum_b (|b| / N) |accuracy(b) - confidence(b)|``, with an optional reliability table.
@@ -68,3 +69,11 @@ def attachment_scores(
     if reliability:
         out["reliability"] = table
     return out
+
+
+def tag_accuracy(gold: Sequence[Any], predicted: Sequence[Any], field: str = "upos") -> float:
+    """Percent of words whose ``field`` (``upos`` or ``xpos``) in ``predicted`` equals the gold one (the same
+    sentences and words)."""
+    pairs = [(g, p) for gs, ps in zip(gold, predicted, strict=True)
+             for g, p in zip(getattr(gs, field), getattr(ps, field), strict=True)]
+    return 100.0 * sum(g == p for g, p in pairs) / max(len(pairs), 1)

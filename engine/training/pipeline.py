@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from engine.data.conllu_io import ConlluError, read_conllu
-from engine.pipeline import MAX_TAG_SAMPLES
+from engine.pipeline import MAX_TAG_SAMPLES, valid_tag_samples
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,7 @@ class TrainOptions:
             raise TrainOptionsError(f"learning_rate must be > 0, got {self.learning_rate!r}")
         if not (np.isfinite(self.l2) and self.l2 >= 0):
             raise TrainOptionsError(f"l2 must be >= 0, got {self.l2!r}")
-        if not isinstance(self.tag_samples, int) or isinstance(self.tag_samples, bool) or \
-                not 0 <= self.tag_samples <= MAX_TAG_SAMPLES:
+        if not valid_tag_samples(self.tag_samples):
             raise TrainOptionsError(f"tag_samples must be an integer from 0 to {MAX_TAG_SAMPLES}, "
                                     f"got {self.tag_samples!r}")
         if self.tag_samples and "tagger" not in self.components:
@@ -232,6 +231,7 @@ def train_model(
         report("training tokenizer")
         parts["tokenizer"] = Tokenizer.train(train, dev=dev, seed=options.seed, progress=progress)
     dev_gold = dev
+    dev_draws: list[Any] = []  # tag samples of each dev sentence (with a tagger and options.tag_samples)
     if "tagger" in options.components:
         # the parser and labeler see predicted tags in training, as they will at test time
         import copy
@@ -244,10 +244,11 @@ def train_model(
         report("training tagger", 0.8)
         parts["tagger"] = Tagger.train(train, dev=dev, seed=options.seed, progress=progress)
         train = jackknifed
-        if dev is not None:
+        if dev is not None:  # tagged as `evaluate --tags predicted` will tag it, with the model's tag samples
             dev = copy.deepcopy(dev)
-            for s, tagged in zip(dev, parts["tagger"].tag(dev), strict=True):
+            for s, tagged in zip(dev, parts["tagger"].tag(dev, samples=options.tag_samples), strict=True):
                 s.upos, s.xpos = list(tagged.upos), list(tagged.xpos)
+                dev_draws.append(tagged.samples)
     labeler = CountLabeler.fit(train)
     provenance = {"train_file": Path(train_path).name, "train_sha256": file_sha256(train_path),
                   "train_sentences": len(train), "dev_file": Path(dev_path).name if dev_path else None,
@@ -321,21 +322,20 @@ def train_model(
     dev_scores = None
     if dev:
         report("evaluating")
+        from engine.decode.tag_marginal import parse_over_tag_samples
+
         def parse(sentences: list[Any]) -> list[Any]:
             return model.parse(sentences) if order == 1 else model.parse(sentences, inference)
 
-        if options.tag_samples:  # scored as `evaluate --tags predicted` will score the model: with its default
-            from engine.decode.tag_marginal import draw_tag_samples, parse_over_tag_samples
-
-            draws = draw_tag_samples(parts["tagger"], dev, range(len(dev)), options.tag_samples)
-            dev_scores = attachment(dev, parse_over_tag_samples(dev, draws, parse, model.constraint, model.labeler))
+        draws = dev_draws or [[] for _ in dev]
+        dev_scores = attachment(dev, parse_over_tag_samples(dev, draws, parse, model.constraint, model.labeler))
+        if options.tag_samples:
             dev_scores["tag_samples"] = options.tag_samples
-        else:
-            dev_scores = attachment(dev, parse(dev))
     extra = extra_manifest() if callable(extra_manifest) else extra_manifest
     if dev_scores is not None and dev_gold is not dev:
-        pairs = [(g, p) for gs, ps in zip(dev_gold, dev, strict=True) for g, p in zip(gs.upos, ps.upos, strict=True)]
-        dev_scores["upos"] = 100.0 * sum(g == p for g, p in pairs) / max(len(pairs), 1)
+        from engine.evaluation.metrics import tag_accuracy
+
+        dev_scores["upos"] = tag_accuracy(dev_gold, dev)
     report("saving")
     from engine.pipeline import Pipeline
 

@@ -62,10 +62,10 @@ async def _run(state: ServiceState, req: ParseRequest, build: Builder, *, max_wo
                            field="output")
 
     def work() -> dict[str, Any] | str:
-        sentences, tagged = sentences_from_request(req, entry, state.settings, max_words)
+        sentences, draws = sentences_from_request(req, entry, state.settings, max_words)
         for s in sentences:
             state.metrics.words.observe(s.n)
-        parsed = parsing.run_inference(entry, sentences, req.inference, tagged)
+        parsed = parsing.run_inference(entry, sentences, req.inference, draws)
         result = build(sentences, parsed)
         if isinstance(result, str):
             return result
