@@ -67,6 +67,11 @@ def sentences_from_request(req: ParseRequest, entry: ModelEntry, settings: Setti
         sents = _from_tokens(req, entry, settings, max_words)
     else:
         sents = _from_conllu(req, entry, settings, max_words)
+    total = sum(s.n for s in sents)
+    if total > settings.max_request_words:
+        field = "text" if req.text is not None else "tokens" if req.tokens is not None else "conllu"
+        raise _invalid(f"the request has {total} words; at most {settings.max_request_words} per request "
+                       "(send the rest in further requests)", field)
     if entry.pipeline.tagger is None:
         return sents, [[] for _ in sents]
     return sents, entry.pipeline.tag_and_sample(sents, samples=req.inference.tag_samples or 0)[1]

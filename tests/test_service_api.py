@@ -23,7 +23,8 @@ PROBLEM = "application/problem+json"
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    with running_app(tmp_path_factory.mktemp("svc"), max_words=60, max_body_bytes=64 * 1024) as c:
+    with running_app(tmp_path_factory.mktemp("svc"), max_words=60, max_body_bytes=64 * 1024,
+                     max_request_words=100) as c:
         yield c
 
 
@@ -274,6 +275,15 @@ def test_service_errors_are_problems(client: TestClient) -> None:
     assert_problem(client.post("/parse", json={"tokens": [WORDS, []], "tags": [TAGS, []]}), 422, sentence=1,
                    field="tokens")
     assert_problem(client.post("/parse", json={"tokens": [["w"] * 61], "tags": [["X"] * 61]}), 422, sentence=0)
+    # words per request, all sentences together: 2 x 50 words pass, 2 x 51 do not (whatever the input form)
+    ok = client.post("/parse", json={"tokens": [["w"] * 50] * 2, "tags": [["X"] * 50] * 2})
+    assert ok.status_code == 200 and len(ok.json()["sentences"]) == 2
+    r = client.post("/parse", json={"tokens": [["w"] * 51] * 2, "tags": [["X"] * 51] * 2})
+    assert_problem(r, 422, field="tokens")
+    assert "102 words; at most 100" in r.json()["detail"]
+    assert_problem(client.post("/parse", json={"text": " ".join(["Dogs bark ."] * 40)}), 422, field="text")
+    block = "".join(f"{i}\tw\t_\tX\t_\t_\t_\t_\t_\t_\n" for i in range(1, 52)) + "\n"
+    assert_problem(client.post("/parse", json={"conllu": block * 2}), 422, field="conllu")
     assert_problem(client.post("/parse", json=body(model="nope")), 404, field="model")
     assert_problem(client.post("/parse", json=body(model="en_ewt@9")), 404, field="model")
     assert_problem(client.post("/parse", json=body(model="../models")), 422, field="model")
