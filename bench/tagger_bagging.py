@@ -8,9 +8,12 @@ that some member pairs with it; with T tag samples, each draw comes from a membe
 exact draw from the mixture of the members' posteriors), and the parser's marginals are averaged as
 ``engine.decode.tag_marginal`` does.
 
-    python bench/tagger_bagging.py --model models/en_ewt --tag-samples 0 8 16
+    python bench/tagger_bagging.py --model models/en_ewt --tag-samples 0 8 16 [--as-jackknife]
 
-The taggers are cached in ``--cache`` (default /tmp/tagger_bagging) and reused by later runs.
+By default member k is trained with seed k and keeps its best epoch on dev; ``--as-jackknife`` trains the
+members exactly as the pipeline's jackknife does (``engine.text.jackknife``: seed 0, the last epoch, dev
+unseen), i.e. the taggers a trained pipeline already has in hand. The taggers are cached in ``--cache``
+(default /tmp/tagger_bagging) and reused by later runs.
 """
 
 from __future__ import annotations
@@ -33,25 +36,34 @@ from engine.evaluation.metrics import attachment_scores, tag_accuracy  # noqa: E
 from engine.inference.bp import BPConfig  # noqa: E402
 from engine.model.store import load_model, save_model  # noqa: E402
 from engine.pipeline import Pipeline  # noqa: E402
+from engine.text.jackknife import fold_bounds  # noqa: E402
 from engine.text.tagger import Tagger  # noqa: E402
 
 EWT = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud" / "en_ewt"
 
 
-def fold_taggers(train: list, dev: list, folds: int, cache: Path) -> list[Tagger]:
+def fold_taggers(train: list, dev: list, folds: int, cache: Path, as_jackknife: bool = False) -> list[Tagger]:
+    """The fold taggers: each trained without one contiguous fold, with seed k and its epoch chosen on dev;
+    ``as_jackknife``: exactly as ``engine.text.jackknife`` trains them (seed 0, the last epoch, no dev)."""
+    if as_jackknife:
+        bounds = fold_bounds(len(train), folds)
     taggers = []
     for k in range(folds):
-        path = cache / f"fold{k}-of-{folds}"
+        path = cache / (f"jackknife-fold{k}-of-{folds}" if as_jackknife else f"fold{k}-of-{folds}")
         if (path / "manifest.json").is_file():
             stored = load_model(path)
             taggers.append(Tagger.from_state(stored.manifest["tagger"], stored.arrays))
             continue
         start = time.perf_counter()
-        part = [s for i, s in enumerate(train) if i * folds // len(train) != k]
-        tagger = Tagger.train(part, dev=dev, seed=k)
+        if as_jackknife:
+            lo, hi = bounds[k]
+            tagger = Tagger.train([*train[:lo], *train[hi:]], seed=0)
+        else:
+            part = [s for i, s in enumerate(train) if i * folds // len(train) != k]
+            tagger = Tagger.train(part, dev=dev, seed=k)
         meta, arrays = tagger.to_state()
         save_model(path, {"tagger": meta}, arrays)
-        print(f"fold {k}: trained on {len(part)} sentences in {time.perf_counter() - start:.0f} s", flush=True)
+        print(f"fold {k}: trained in {time.perf_counter() - start:.0f} s", flush=True)
         taggers.append(tagger)
     return taggers
 
@@ -85,9 +97,11 @@ def main() -> None:
     ap.add_argument("--model", help="pipeline model whose parser and labeller parse with the bag's tags")
     ap.add_argument("--tag-samples", type=int, nargs="*", default=[0])
     ap.add_argument("--cache", default="/tmp/tagger_bagging")
+    ap.add_argument("--as-jackknife", action="store_true",
+                    help="members trained as the pipeline's jackknife trains them (seed 0, last epoch, no dev)")
     args = ap.parse_args()
     train, dev = read_conllu(args.train), read_conllu(args.dev)
-    taggers = fold_taggers(train, dev, args.folds, Path(args.cache))
+    taggers = fold_taggers(train, dev, args.folds, Path(args.cache), args.as_jackknife)
     upos = sorted({label for t in taggers for label in t.upos_labels})
     xpos = sorted({label for t in taggers for label in t.xpos_labels})
     for k, t in enumerate(taggers):
