@@ -37,6 +37,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--l2", type=float, default=10.0, help="L2 regularisation strength")
     p.add_argument("--dim", type=int, default=1 << 22, help="number of hashed feature buckets")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, default=1, metavar="N",
+                   help="train the parser N times (seeds --seed .. --seed + N - 1, each with its best epoch on --dev) "
+                   "and keep the mean of their weights; N times the parser's training time (one pruner for all)")
     p.add_argument("--no-average", action="store_true", help="keep the last iterate instead of the average")
     p.add_argument("--max-sentences", type=int, help="use only the first N training sentences")
     p.add_argument("--name", help="model name recorded in the manifest (default: the directory name)")
@@ -207,7 +210,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             max_sentences=args.max_sentences or None, factors=tuple(f for f in args.factors.split(",") if f),
             bp_iterations=args.bp_iterations, second_dim=args.second_dim, name=args.name,
             components=tuple(c for c in args.components.split(",") if c), folds=args.folds,
-            objective=args.objective, anneal=_temperatures(args.anneal), tag_samples=args.tag_samples)
+            objective=args.objective, anneal=_temperatures(args.anneal), tag_samples=args.tag_samples,
+            seeds=args.seeds)
         summary = train_model(args.train, args.dev, args.out, options, pruner_path=args.pruner,
                               progress=not args.quiet)
     except TrainOptionsError as e:

@@ -42,6 +42,7 @@ def toy(tmp_path: Path) -> Path:
     ({"order": 2, "factors": ("grand", "cousin")}, "unknown factor families: cousin"),
     ({"tag_samples": -1}, "tag_samples must be an integer from 0 to 100"),
     ({"tag_samples": 2, "components": ("parser", "labeler")}, "tag_samples needs the tagger"),
+    ({"seeds": 0}, "seeds must be an integer of at least 1"),
 ])
 def test_options_are_checked(bad: dict, message: str) -> None:
     with pytest.raises(TrainOptionsError, match=message):
@@ -108,3 +109,73 @@ def test_on_batch_counts_batches_over_all_epochs(toy: Path) -> None:
         raise KeyboardInterrupt  # Ctrl-C is still the one exception that keeps the model so far
 
     assert train_cll(fx, TreeConstraint(), train, TrainConfig(epochs=2), progress=False, on_batch=interrupt).interrupted
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_seeds_average_the_weights_of_runs_with_consecutive_seeds(tmp_path: Path, ewt_dir: Path, order: int) -> None:
+    """``seeds=2`` gives the mean of the weights of the runs with seeds 3 and 4 (for order 2 on one pruner,
+    every run starting from it), records each run, and reports progress across both runs."""
+    import numpy as np
+
+    from engine.pipeline import Pipeline
+
+    blocks = (ewt_dir / "en_ewt-ud-train.conllu").read_text(encoding="utf-8").split("\n\n")[:40]
+    toy = tmp_path / "sample.conllu"
+    toy.write_text("\n\n".join(blocks) + "\n\n", encoding="utf-8")
+
+    base = {"order": order, "epochs": 2, "dim": 2048, "second_dim": 1024, "batch_size": 4, "components": ("parser",)}
+    pruner = None
+    if order == 2:
+        pruner = tmp_path / "pruner"
+        train_model(toy, toy, pruner, TrainOptions(**{**base, "order": 1}), progress=False)
+    weights = []
+    for seed in (3, 4):
+        train_model(toy, toy, tmp_path / f"s{seed}", TrainOptions(**base, seed=seed), pruner_path=pruner,
+                    progress=False)
+        weights.append(Pipeline.load(tmp_path / f"s{seed}").parser.weights)
+    assert not np.array_equal(weights[0], weights[1])  # the seeds do train differently
+    calls: list[tuple[float, str]] = []
+    train_model(toy, toy, tmp_path / "both", TrainOptions(**base, seed=3, seeds=2), pruner_path=pruner,
+                progress=False, on_progress=lambda f, s: calls.append((f, s)))
+    both = Pipeline.load(tmp_path / "both").parser.weights
+    np.testing.assert_allclose(both, (weights[0] + weights[1]) / 2, rtol=1e-6, atol=1e-7)  # stored as float32
+    training = json.loads((tmp_path / "both" / "manifest.json").read_text())["training"]
+    assert [r["seed"] for r in training["runs"]] == [3, 4] and all(r["averaged"] for r in training["runs"])
+    assert training["seed"] == 3 and "mean of the weights" in training["method"]
+    fractions = [f for f, stage in calls if stage == "training"]
+    assert fractions == sorted(fractions) and len(fractions) > 8  # the batches of both runs, in one span
+    single = json.loads((tmp_path / "s3" / "manifest.json").read_text())["training"]
+    assert "runs" not in single and "method" not in single
+
+
+def test_seeds_interrupted_keep_the_runs_done(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C in the second run: the mean of the first run and the second's best epoch so far; a run stopped
+    before any epoch is left out of the mean; no further run starts."""
+    import numpy as np
+
+    from engine.training.cll import TrainResult
+    from engine.training.seeds import train_seeds
+
+    def make(results: dict[int, TrainResult]):
+        started: list[int] = []
+
+        def run(seed: int, on_batch):
+            started.append(seed)
+            on_batch(1, 2)
+            return results[seed]
+        return run, started
+
+    done = TrainResult(np.full(3, 1.0), 2, [{"dev": 80.0}], seconds=1.0)
+    partial = TrainResult(np.full(3, 3.0), 1, [{"dev": 81.0}], interrupted=True, seconds=0.5)
+    nothing = TrainResult(np.full(3, 9.0), 0, [], interrupted=True)
+    run, started = make({0: done, 1: partial, 2: done})
+    result, runs = train_seeds(run, [0, 1, 2])
+    assert started == [0, 1] and result.interrupted and np.allclose(result.weights, 2.0)
+    assert [r["dev"] for r in runs] == [80.0, 81.0] and result.seconds == 1.5
+    run, started = make({0: done, 1: nothing})
+    result, runs = train_seeds(run, [0, 1, 2])
+    assert np.allclose(result.weights, 1.0) and [r["averaged"] for r in runs] == [True, False]
+    run, _ = make({5: done})
+    assert train_seeds(run, [5]) == (done, [])
+    with pytest.raises(ValueError):
+        train_seeds(run, [])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,7 @@ class TrainOptions:
     objective: str = "cll"  # cll, or approximation-aware l2, ar, l2+ar (engine.training.erma)
     anneal: tuple[float, float] = (1.0, 0.1)  # annealed-risk temperature, start -> end
     tag_samples: int = 0  # the model's default --tag-samples (manifest inference.tag_samples; needs a tagger)
+    seeds: int = 1  # the parser is the mean of the weights of this many runs, seeds seed .. seed + seeds - 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "factors", tuple(self.factors))
@@ -81,7 +82,7 @@ class TrainOptions:
             raise TrainOptionsError(f"tree must be one of {', '.join(TREES)}, got {self.tree!r}")
         if self.root not in ROOTS:
             raise TrainOptionsError(f"root must be one of {', '.join(ROOTS)}, got {self.root!r}")
-        for field in ("epochs", "batch_size", "dim", "second_dim", "bp_iterations"):
+        for field in ("epochs", "batch_size", "dim", "second_dim", "bp_iterations", "seeds"):
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise TrainOptionsError(f"{field} must be an integer of at least 1, got {value!r}")
@@ -210,6 +211,7 @@ def train_model(
     from engine.model.store import file_sha256
     from engine.parser import FirstOrderParser
     from engine.training.cll import TrainConfig, train_cll
+    from engine.training.seeds import train_seeds
     from engine.training.surrogate import train_surrogate
 
     order = options.order
@@ -254,6 +256,8 @@ def train_model(
                   "train_sentences": len(train), "dev_file": Path(dev_path).name if dev_path else None,
                   "dev_sha256": file_sha256(dev_path) if dev_path else None}
 
+    seeds = [options.seed + k for k in range(options.seeds)]
+    runs: list[dict[str, Any]] = []
     if order == 2 and pruner_path:
         first = load_any(pruner_path)
         if not isinstance(first, FirstOrderParser) or first.constraint != constraint:
@@ -270,15 +274,19 @@ def train_model(
 
         stage = "training" if order == 1 else "training pruner"
         report(stage)
-        if order == 1 and options.objective != "cll":  # loss-aware training with exact inference (§4)
-            from engine.training.erma import train_erma_exact
 
-            result = train_erma_exact(extractor, constraint, train, erma_config(options),
-                                      dev_uas_first if dev else None, progress, report.batches(stage))
-        else:
-            result = train_cll(extractor, constraint, train, config if order == 1 else
-                               TrainConfig(8, options.batch_size, 0.2, options.l2, options.seed),
-                               dev_uas_first if dev else None, progress, report.batches(stage))
+        def run_first(seed: int, on_batch: Callable[[int, int], None]) -> Any:
+            if order == 1 and options.objective != "cll":  # loss-aware training with exact inference (§4)
+                from engine.training.erma import train_erma_exact
+
+                return train_erma_exact(extractor, constraint, train, replace(erma_config(options), seed=seed),
+                                        dev_uas_first if dev else None, progress, on_batch)
+            return train_cll(extractor, constraint, train, replace(config, seed=seed) if order == 1 else
+                             TrainConfig(8, options.batch_size, 0.2, options.l2, seed),
+                             dev_uas_first if dev else None, progress, on_batch)
+
+        # a first-order model is the mean of --seeds runs; a pruner for order 2 is one run
+        result, runs = train_seeds(run_first, seeds if order == 1 else [options.seed], report.batches(stage))
         first.weights = result.weights
         if result.interrupted and order == 2:
             order = 1  # stopped while training the pruner: save what we have as a first-order model
@@ -299,19 +307,29 @@ def train_model(
                 model.weights = saved
 
         report("training")
-        if options.objective == "cll":
-            result = train_surrogate(model, train, config, bp, dev_uas if dev else None, progress,
-                                     report.batches("training"))
-            training = {"objective": "surrogate-cll", "factors": families}
-        else:
+        warm_start = model.weights.copy()
+
+        def run_second(seed: int, on_batch: Callable[[int, int], None]) -> Any:
+            model.weights = warm_start.copy()  # every run starts from the pruner's weights
+            if options.objective == "cll":
+                return train_surrogate(model, train, replace(config, seed=seed), bp, dev_uas if dev else None,
+                                       progress, on_batch)
             from engine.training.erma import train_erma
 
-            result = train_erma(model, train, erma_config(options), bp, dev_uas if dev else None, progress,
-                                report.batches("training"))
+            return train_erma(model, train, replace(erma_config(options), seed=seed), bp, dev_uas if dev else None,
+                              progress, on_batch)
+
+        result, runs = train_seeds(run_second, seeds, report.batches("training"))
+        model.weights = result.weights
+        if options.objective == "cll":
+            training = {"objective": "surrogate-cll", "factors": families}
+        else:
             training = {"objective": options.objective, "factors": families,
                         "inference_iterations": options.bp_iterations}
     else:
         training = {"objective": options.objective}
+    if runs:  # --seeds N: the model's weights are the mean of N runs'
+        training.update(method="mean of the weights of --seeds runs", runs=runs)
     if "labeler" in options.components:
         from engine.decode.loglinear_labeler import LogLinearLabeler
 

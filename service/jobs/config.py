@@ -37,6 +37,8 @@ class JobConfig(BaseModel):
     second_dim: int = Field(1 << 21, ge=1 << 10, le=1 << 24, description="Hashed feature buckets for the "
                             "higher-order features (order 2).")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Random seed of the batch order.")
+    seeds: int = Field(1, ge=1, le=10, description="Train the parser this many times (seeds seed, seed + 1, ...) "
+                       "and keep the mean of their weights; multiplies the parser's training time.")
     average: bool = Field(True, description="Average each epoch's iterates (otherwise keep the last one).")
     max_sentences: int | None = Field(None, ge=1, description="Train on the first N sentences only.")
     factors: list[Factor] = Field(default_factory=lambda: ["grand", "sib"], max_length=4,
@@ -79,4 +81,5 @@ class JobConfig(BaseModel):
                             seed=self.seed, average=self.average, max_sentences=self.max_sentences,
                             factors=tuple(self.factors), bp_iterations=self.bp_iterations,
                             second_dim=self.second_dim, name=self.name,
-                            components=tuple(dict.fromkeys(self.components)), tag_samples=self.tag_samples)
+                            components=tuple(dict.fromkeys(self.components)), tag_samples=self.tag_samples,
+                            seeds=self.seeds)
