@@ -135,8 +135,9 @@ def test_seeds_average_the_weights_of_runs_with_consecutive_seeds(tmp_path: Path
         weights.append(Pipeline.load(tmp_path / f"s{seed}").parser.weights)
     assert not np.array_equal(weights[0], weights[1])  # the seeds do train differently
     calls: list[tuple[float, str]] = []
-    train_model(toy, toy, tmp_path / "both", TrainOptions(**base, seed=3, seeds=2), pruner_path=pruner,
-                progress=False, on_progress=lambda f, s: calls.append((f, s)))
+    summary = train_model(toy, toy, tmp_path / "both", TrainOptions(**base, seed=3, seeds=2), pruner_path=pruner,
+                          progress=False, on_progress=lambda f, s: calls.append((f, s)))
+    assert [r["seed"] for r in summary["runs"]] == [3, 4] and all(0 < r["dev"] <= 100 for r in summary["runs"])
     both = Pipeline.load(tmp_path / "both").parser.weights
     np.testing.assert_allclose(both, (weights[0] + weights[1]) / 2, rtol=1e-6, atol=1e-7)  # stored as float32
     training = json.loads((tmp_path / "both" / "manifest.json").read_text())["training"]
@@ -146,6 +147,9 @@ def test_seeds_average_the_weights_of_runs_with_consecutive_seeds(tmp_path: Path
     assert fractions == sorted(fractions) and len(fractions) > 8  # the batches of both runs, in one span
     single = json.loads((tmp_path / "s3" / "manifest.json").read_text())["training"]
     assert "runs" not in single and "method" not in single
+    no_dev = train_model(toy, None, tmp_path / "no-dev", TrainOptions(**base, seeds=2), pruner_path=pruner,
+                         progress=False)
+    assert [sorted(r) for r in no_dev["runs"]] == [["averaged", "best_epoch", "interrupted", "seconds", "seed"]] * 2
 
 
 def test_seeds_interrupted_keep_the_runs_done(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -191,7 +191,7 @@ def train_model(
 ) -> dict[str, Any]:
     """Train a model on ``train_path`` (best epoch chosen on ``dev_path`` when given) and save it to
     ``out_dir``; return the summary (``model``, ``order``, ``best_epoch``, ``seconds``, ``skipped_trees``,
-    ``interrupted``, ``dev``).
+    ``interrupted``, ``dev``, and with ``options.seeds`` > 1 ``runs``, one record per run).
 
     ``pruner_path`` (order 2): a first-order model to prune with and warm-start from instead of training
     one first. ``progress`` shows progress bars. ``extra_manifest`` adds fields to the manifest; a
@@ -329,6 +329,8 @@ def train_model(
     else:
         training = {"objective": options.objective}
     if runs:  # --seeds N: the model's weights are the mean of N runs'
+        if not dev:  # a run's "dev" score is then its negative training loss: not worth recording
+            runs = [{k: v for k, v in r.items() if k != "dev"} for r in runs]
         training.update(method="mean of the weights of --seeds runs", runs=runs)
     if "labeler" in options.components:
         from engine.decode.loglinear_labeler import LogLinearLabeler
@@ -370,4 +372,4 @@ def train_model(
     return {"model": os.fspath(out_dir), "order": order, "components": ["parser", *parts],
             "best_epoch": result.best_epoch,
             "seconds": round(result.seconds, 1), "skipped_trees": result.skipped,
-            "interrupted": result.interrupted, "dev": dev_scores}
+            "interrupted": result.interrupted, "dev": dev_scores, **({"runs": runs} if runs else {})}
