@@ -38,7 +38,7 @@ class Settings(BaseSettings):
     max_words: int = Field(500, ge=1, description="words per sentence (422)")
     max_sentences: int = Field(200, ge=1, description="sentences per request (422)")
     max_request_words: int = Field(20000, ge=1, description="words per request, all sentences together (422): "
-                                   "about 45 s of parsing with the default model's 8 tag samples")
+                                   "about 70 s of parsing with the default model's 16 tag samples")
     max_words_kbest: int = Field(150, ge=1, description="words per sentence for /kbest and /sample (422)")
     max_k: int = Field(100, ge=1, description="largest k for /kbest")
     max_n: int = Field(1000, ge=1, description="largest n for /sample")
