@@ -65,6 +65,12 @@ class ModelEntry:
     def default_method(self) -> str:
         return "bp" if self.order == 2 else "exact"
 
+    @property
+    def default_tag_samples(self) -> int:
+        """``inference.tag_samples`` of /parse and /marginals when a request does not give it: the model's
+        default, capped at what a request may ask for."""
+        return min(self.pipeline.default_tag_samples, REQUEST_MAX_TAG_SAMPLES)
+
     def bp_parser(self) -> BPParser:
         """The model as a BP parser (a first-order model runs as LINK + TREE)."""
         if isinstance(self.parser, BPParser):
@@ -89,7 +95,7 @@ class ModelEntry:
                 "components": self.pipeline.components, "needs_tags": self.needs_tags,
                 "has_tokenizer": self.has_tokenizer,
                 "default_inference": self.default_method,
-                "default_tag_samples": min(self.pipeline.default_tag_samples, REQUEST_MAX_TAG_SAMPLES)}
+                "default_tag_samples": self.default_tag_samples}
 
 
 class UnknownModel(LookupError):

@@ -152,7 +152,7 @@ def test_seeds_average_the_weights_of_runs_with_consecutive_seeds(tmp_path: Path
     assert [sorted(r) for r in no_dev["runs"]] == [["averaged", "best_epoch", "interrupted", "seconds", "seed"]] * 2
 
 
-def test_seeds_interrupted_keep_the_runs_done(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_seeds_interrupted_keep_the_runs_done() -> None:
     """Ctrl-C in the second run: the mean of the first run and the second's best epoch so far; a run stopped
     before any epoch is left out of the mean; no further run starts."""
     import numpy as np

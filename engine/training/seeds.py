@@ -46,9 +46,10 @@ def train_seeds(run: Callable[[int, OnBatch], TrainResult], seeds: Sequence[int]
     # a run stopped before its first epoch ended has no trained weights of its own
     kept = [(seed, r) for seed, r in results if r.best_epoch > 0] or results[:1]
     first = results[0][1]
+    averaged = {id(r) for _, r in kept}
     records = [{"seed": seed, "best_epoch": r.best_epoch, "dev": max((e["dev"] for e in r.history), default=None),
-                "seconds": round(r.seconds, 1), "interrupted": r.interrupted,
-                "averaged": any(r is kept_r for _, kept_r in kept)} for seed, r in results]
+                "seconds": round(r.seconds, 1), "interrupted": r.interrupted, "averaged": id(r) in averaged}
+               for seed, r in results]
     mean = np.mean([r.weights for _, r in kept], axis=0)
     return TrainResult(mean, first.best_epoch, first.history, any(r.interrupted for _, r in results), first.skipped,
                        sum(r.seconds for _, r in results), first.config), records

@@ -67,9 +67,14 @@ class JobConfig(BaseModel):
         return list(dict.fromkeys(components))
 
     @model_validator(mode="after")
-    def _tag_samples_need_a_tagger(self) -> JobConfig:
-        if self.tag_samples and "tagger" not in self.components:
-            raise ValueError("tag_samples needs the tagger component (the tag sequences come from it)")
+    def _consistent(self) -> JobConfig:
+        """Options that cannot work together (e.g. tag_samples without the tagger), as the engine checks them."""
+        from engine.training.pipeline import TrainOptionsError
+
+        try:
+            self.to_options()
+        except TrainOptionsError as e:
+            raise ValueError(str(e)) from None
         return self
 
     def to_options(self) -> TrainOptions:

@@ -51,7 +51,7 @@ async def _run(state: ServiceState, req: ParseRequest, build: Builder, *, max_wo
                            "only (trees and confidence intervals need a single tagging)", kind="invalid-input",
                            field="inference.tag_samples")
     if req.inference.tag_samples is None:  # the model's default where it applies
-        default = min(entry.pipeline.default_tag_samples, REQUEST_MAX_TAG_SAMPLES) if tag_samples_ok else 0
+        default = entry.default_tag_samples if tag_samples_ok else 0
         req = req.model_copy(update={"inference": req.inference.model_copy(update={"tag_samples": default})})
     parsing.resolve_method(entry, req.inference)
     if req.inference.iterations > state.settings.max_iterations:
