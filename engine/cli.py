@@ -54,6 +54,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--components", default="tokenizer,tagger,parser,labeler",
                    help="what to train (the parser always): tokenizer, tagger (the parser and labeler then train "
                    "on jackknifed predicted tags), parser, labeler (log-linear; else count-based labels)")
+    p.add_argument("--labeler-tag-samples", type=int, metavar="K",
+                   help="the labeler also trains on K copies of each training sentence under tag sequences drawn "
+                   "from its jackknife fold tagger's posterior, as the labels are averaged over tag samples at "
+                   "parse time (default: 1 with the tagger and labeler, else 0)")
     p.add_argument("--folds", type=int, default=5,
                    help="jackknifing folds for predicted training tags and the labeler's first-stage labels")
     p.add_argument("--objective", choices=["cll", "l2", "ar", "l2+ar"], default="cll",
@@ -86,10 +90,10 @@ def _add_model_io(p: argparse.ArgumentParser) -> None:
     p.add_argument("--constraint", choices=["tree", "ptree", "exactly1", "atmost1", "not2", "exactly1+no2cycle"],
                    help="with --inference bp: the hard factor to decode under (default: the model's tree)")
     p.add_argument("--tag-samples", type=int, default=None, metavar="K",
-                   help="words tagged by the model's tagger: average the arc marginals over the best tags and K tag "
-                   "sequences drawn from the tagger's posterior (up to K + 1 parses; better calibrated head "
-                   "probabilities); default: the model's (manifest inference.tag_samples, 0 if absent), 0 with "
-                   "--kbest, --samples or --constraint")
+                   help="words tagged by the model's tagger: average the arc marginals and the label distributions "
+                   "over the best tags and K tag sequences drawn from the tagger's posterior (up to K + 1 parses; "
+                   "better calibrated head and label probabilities); default: the model's (manifest "
+                   "inference.tag_samples, 0 if absent), 0 with --kbest, --samples or --constraint")
 
 
 def _rounds(text: str) -> int | None:
@@ -105,7 +109,7 @@ def _add_average(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("average", help="one parser from several trained alike (different --seed): the mean of "
                        "their weights")
     p.add_argument("--models", nargs="+", required=True, help="parser or pipeline models with the same order, "
-                   "features and pruner")
+                   "features and pruner (one model: its parser unchanged, e.g. to give it --components-from)")
     p.add_argument("--out", required=True, help="output model directory")
     p.add_argument("--components-from", metavar="PIPELINE", help="a pipeline model whose tokenizer, tagger and "
                    "labeler go with the averaged parser (default: the first model's)")
@@ -211,7 +215,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             bp_iterations=args.bp_iterations, second_dim=args.second_dim, name=args.name,
             components=tuple(c for c in args.components.split(",") if c), folds=args.folds,
             objective=args.objective, anneal=_temperatures(args.anneal), tag_samples=args.tag_samples,
-            seeds=args.seeds)
+            seeds=args.seeds, labeler_tag_samples=args.labeler_tag_samples)
         summary = train_model(args.train, args.dev, args.out, options, pruner_path=args.pruner,
                               progress=not args.quiet)
     except TrainOptionsError as e:

@@ -31,8 +31,9 @@ class InferenceOptions(BaseModel):
                                "factors (default: until no factor's gain exceeds epsilon)")
     tag_samples: int | None = Field(
         None, ge=0, le=REQUEST_MAX_TAG_SAMPLES, description="sentences tagged by the model: average the arc "
-        "marginals over the best tags and this many tag sequences drawn from the tagger's posterior (head "
-        "probabilities that account for tagging uncertainty; one more parse per distinct sequence; /parse and "
+        "marginals and the label distributions over the best tags and this many tag sequences drawn from the "
+        "tagger's posterior (head and label probabilities that account for tagging uncertainty; one more parse "
+        "per distinct sequence; /parse and "
         "/marginals only). Default: the model's (GET /models), 0 on the other routes")
 
 
@@ -101,8 +102,8 @@ class InferenceReport(BaseModel):
                                           "in the graph BP ran on")
     eta: float | None = Field(None, description="bp, relaxed: Riedel & Smith Prop. 2 bound from the factors left "
                               "out (0: none)")
-    tag_samples: int = Field(0, description="tag sequences from the tagger's posterior the marginals were also "
-                             "averaged over (0: the best tags only)")
+    tag_samples: int = Field(0, description="tag sequences from the tagger's posterior the marginals and labels "
+                             "were also averaged over (0: the best tags only)")
 
 
 class ParsedSentenceOut(BaseModel):

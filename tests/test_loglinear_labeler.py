@@ -164,6 +164,29 @@ def test_stacked_labeller_reads_first_stage_labels_and_round_trips() -> None:
         LogLinearLabeler.from_state(bad, arrays)
 
 
+def test_stacking_folds_keep_runs_of_copies_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``group``: a sentence and its copies under other tags (runs of ``group``) fall in one fold, so the
+    first stage that labels a run never trained on any copy of it; a corpus not made of whole runs is refused."""
+    base = [_sentence([f"w{i}", "barks"], ["NOUN", "VERB"], [2, 0], ["nsubj", "root"]) for i in range(7)]
+    corpus = [c for s in base for c in (s, _sentence(s.forms, ["PROPN", "VERB"], [2, 0], s.deprels))]
+    fitted: list[list[str]] = []
+    real_fit = LogLinearLabeler._fit.__func__
+
+    def spy(cls: type, train: list, *args: object, **kwargs: object) -> LogLinearLabeler:
+        fitted.append([s.forms[0] for s in train])
+        return real_fit(cls, train, *args, **kwargs)
+
+    monkeypatch.setattr(LogLinearLabeler, "_fit", classmethod(spy))
+    LogLinearLabeler.train(corpus, epochs=1, buckets=1 << 10, folds=3, group=2)
+    folds = fitted[1:-1]  # the first stage on everything, one per fold, then the second stage
+    assert len(folds) == 3
+    for words in folds:
+        held_out = {f"w{i}" for i in range(7)} - set(words)
+        assert held_out and all(words.count(w) == 2 for w in set(words))  # both copies or neither
+    with pytest.raises(ValueError, match="runs of 2"):
+        LogLinearLabeler.train(corpus[:-1], epochs=1, buckets=1 << 10, folds=3, group=2)
+
+
 def test_deprel_templates_need_a_first_stage_and_labels_for_every_word() -> None:
     labels = ["a", "b"]
     with pytest.raises(ValueError, match="first-stage"):

@@ -154,6 +154,12 @@ def test_marginals_averaged_over_tag_samples(trained: tuple[Path, Path, dict]) -
         np.testing.assert_allclose(p.head_probs, expected[p.heads[1:], np.arange(1, len(p.heads))])
         assert len(p.deprels) == len(dev[i].forms) and p.distribution is None
         assert p.diagnostics["tag_samples"] == 3
+        # labels: the mean of the labeller's distributions on that tree under the best tags and each sample
+        labels = np.mean([parser.labeler.distribution(retagged(dev[i], tags), p.heads)
+                          for tags in [(dev[i].upos, dev[i].xpos), *samples[i]]], axis=0)
+        np.testing.assert_allclose(labels.sum(axis=1), 1.0, atol=1e-6)
+        assert p.deprels == [parser.labeler.labels[j] for j in labels.argmax(axis=1)]
+        np.testing.assert_allclose(p.label_probs, labels.max(axis=1), rtol=1e-6)
     parsed_sentences = []
 
     def counting_parse(batch: list) -> list:
@@ -177,6 +183,9 @@ def test_marginals_averaged_over_tag_samples(trained: tuple[Path, Path, dict]) -
     runs = [parser.parse([retagged(dev[i], tags)])[0].marginals for tags in (best, a, a, b, best)]
     np.testing.assert_allclose(repeated[0].marginals, np.mean(runs, axis=0), atol=1e-12)
     assert repeated[0].diagnostics["tag_samples"] == 4 and repeated[0].diagnostics["tag_parses"] == 3
+    labels = np.mean([parser.labeler.distribution(retagged(dev[i], tags), repeated[0].heads)
+                      for tags in (best, a, a, b, best)], axis=0)
+    np.testing.assert_allclose(repeated[0].label_probs, labels.max(axis=1), rtol=1e-6)
     for a, b in zip(single, same, strict=True):
         np.testing.assert_allclose(a.marginals, b.marginals, atol=1e-12)
         assert a.heads.tolist() == b.heads.tolist() and a.deprels == b.deprels
@@ -251,9 +260,30 @@ def test_average_weights_of_parsers(trained: tuple[Path, Path, dict], tmp_path: 
     BPParser.from_first_order(Pipeline.load(model).parser, prune=True).save(tmp_path / "pruned-a")
     BPParser.from_first_order(Pipeline.load(tmp_path / "other").parser, prune=True).save(tmp_path / "pruned-b")
     pruned = [str(tmp_path / "pruned-a"), str(tmp_path / "pruned-b")]
-    for models, message in (([str(model)], "at least two models"),
-                            ([str(model), str(tmp_path / "bp")], "cannot average them"),
+    for models, message in (([str(model), str(tmp_path / "bp")], "cannot average them"),
                             (pruned, "different first-order pruners")):
         assert main(["average", "--models", *models, "--out", str(tmp_path / "bad")]) == 2
         assert message in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+def test_average_of_one_model_gives_its_parser_other_components(trained: tuple[Path, Path, dict],
+                                                                 tmp_path: Path) -> None:
+    """``average --models A --components-from B``: A's parser as it is (weights and training record), B's
+    tokenizer, tagger and labeller."""
+    model, _, _ = trained
+    source = Pipeline.load(model)
+    source.parser.weights = source.parser.weights + 0.5
+    source.labeler.weights = source.labeler.weights * 2
+    source.save(tmp_path / "a")
+    a_manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    assert main(["average", "--models", str(tmp_path / "a"), "--components-from", str(model),
+                 "--out", str(tmp_path / "one")]) == 0
+    one, a, b = Pipeline.load(tmp_path / "one"), Pipeline.load(tmp_path / "a"), Pipeline.load(model)
+    np.testing.assert_array_equal(one.parser.weights, a.parser.weights)
+    np.testing.assert_array_equal(one.labeler.weights, b.labeler.weights)
+    assert not np.array_equal(one.labeler.weights, a.labeler.weights)
+    manifest = json.loads((tmp_path / "one" / "manifest.json").read_text())
+    assert manifest["training"]["history"] == a_manifest["training"]["history"]
+    assert manifest["training"]["components_from"]["model"] == model.name
+    assert "averaged" not in manifest["training"]

@@ -154,10 +154,13 @@ def test_job_config() -> None:
     assert options.order == 2 and options.factors == ("sib", "grand") and options.name == "my-model_1.0"
     assert options.tag_samples == 0 and JobConfig(tag_samples=4).to_options().tag_samples == 4
     assert options.seeds == 1 and JobConfig(seeds=3).to_options().seeds == 3
+    assert options.effective_labeler_tag_samples == 1
+    assert JobConfig(labeler_tag_samples=0).to_options().effective_labeler_tag_samples == 0
     for bad in ({"name": "../x"}, {"name": ""}, {"epochs": 0}, {"epochs": 51}, {"order": 3}, {"factors": ["cousin"]},
                 {"dim": 2**25}, {"learning_rate": 0}, {"bp_iterations": 21}, {"unknown": 1}, {"max_sentences": 0},
                 {"l2": float("nan")}, {"tag_samples": 17}, {"tag_samples": 2, "components": ["parser"]},
-                {"seeds": 0}, {"seeds": 11}):
+                {"seeds": 0}, {"seeds": 11}, {"labeler_tag_samples": 17},
+                {"labeler_tag_samples": 1, "components": ["parser", "labeler"]}):
         with pytest.raises(ValidationError):
             JobConfig.model_validate(bad)
     schema = JobConfig.model_json_schema()

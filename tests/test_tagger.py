@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from engine.data.conllu_io import iter_conllu, read_conllu
-from engine.text.jackknife import fold_bounds, jackknife_tags
+from engine.text.jackknife import fold_bounds, jackknife_tag_draws, jackknife_tags
 from engine.text.tagger import (
     Tagger,
     chain_forward_backward,
@@ -274,6 +274,26 @@ def test_jackknife_tags_each_fold_with_a_model_that_did_not_see_it() -> None:
         assert new.upos[:3] == ["DET", "NOUN", "VERB"]  # the shared words are learnt from the other folds
     # the input is untouched
     assert [s.upos[3] for s in gold] == [f"T{i}" for i in range(len(gold))]
+
+
+def test_jackknife_draws_come_from_the_fold_tagger() -> None:
+    """``jackknife_tag_draws``: the same best tags as ``jackknife_tags`` and, per sentence, ``samples`` draws
+    from the posterior of the fold tagger that did not see it (its nonce tag never drawn)."""
+    gold = _nonce_treebank()
+    kwargs = {"epochs": 6, "feature_min_count": 1}
+    best = jackknife_tags(gold, folds=5, seed=0, train_kwargs=kwargs)
+    out, draws = jackknife_tag_draws(gold, folds=5, seed=0, train_kwargs=kwargs, samples=3)
+    assert [s.upos for s in out] == [s.upos for s in best] and [s.xpos for s in out] == [s.xpos for s in best]
+    assert len(draws) == len(gold)
+    for i, (src, sampled) in enumerate(zip(gold, draws, strict=True)):
+        assert len(sampled) == 3
+        for upos, xpos in sampled:
+            assert len(upos) == len(xpos) == src.n and f"T{i}" not in upos
+    start, end = fold_bounds(len(gold), 5)[2]
+    fold_tagger = Tagger.train([*gold[:start], *gold[end:]], seed=0, **kwargs)
+    expected = fold_tagger.tag(gold[start:end], samples=3)
+    assert [r.samples for r in expected] == draws[start:end]
+    assert jackknife_tag_draws(gold, folds=5, seed=0, train_kwargs=kwargs)[1] == [[] for _ in gold]
 
 
 def test_jackknife_needs_two_sentences() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.data.conllu_io import read_conllu
 from engine.training.pipeline import TrainOptions, TrainOptionsError, train_model
 
 TOY = """# sent_id = 1
@@ -43,6 +44,9 @@ def toy(tmp_path: Path) -> Path:
     ({"tag_samples": -1}, "tag_samples must be an integer from 0 to 100"),
     ({"tag_samples": 2, "components": ("parser", "labeler")}, "tag_samples needs the tagger"),
     ({"seeds": 0}, "seeds must be an integer of at least 1"),
+    ({"labeler_tag_samples": -1}, "labeler_tag_samples must be an integer from 0 to 16"),
+    ({"labeler_tag_samples": 1, "components": ("parser", "labeler")}, "needs the tagger and labeler"),
+    ({"labeler_tag_samples": 1, "components": ("parser", "tagger")}, "needs the tagger and labeler"),
 ])
 def test_options_are_checked(bad: dict, message: str) -> None:
     with pytest.raises(TrainOptionsError, match=message):
@@ -54,6 +58,10 @@ def test_options_defaults_match_the_cli() -> None:
     assert options.factors == ("sib",) and options.effective_learning_rate == 0.2
     assert TrainOptions(order=2).effective_learning_rate == 0.05
     assert TrainOptions(order=1, factors=("cousin",)).factors == ("cousin",)  # ignored by first-order training
+    # the labeller's tag-sample copies: on by default for the whole pipeline, off without a tagger or labeller
+    assert TrainOptions().effective_labeler_tag_samples == 1
+    assert TrainOptions(components=("parser", "labeler")).effective_labeler_tag_samples == 0
+    assert TrainOptions(labeler_tag_samples=0).effective_labeler_tag_samples == 0
 
 
 @pytest.mark.parametrize("order", [1, 2])
@@ -73,6 +81,9 @@ def test_progress_rises_to_one_across_stages(tmp_path: Path, toy: Path, order: i
     assert sum(s == "training" for _, s in calls) > 4  # one call per batch
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["version"] == 7 and manifest["name"] == "model" and manifest["order"] == order
+    # the labeller trained on each sentence and one copy under tags drawn by its fold tagger (the default)
+    labeler = manifest["components"]["labeler"]["info"]
+    assert labeler["tag_samples"] == 1 and labeler["train_arcs"] == 2 * sum(s.n for s in read_conllu(toy))
     assert summary["order"] == order and summary["dev"]["uas"] > 50 and summary["model"] == str(out)
 
 
@@ -91,7 +102,6 @@ def test_a_callback_error_stops_training_without_a_model(tmp_path: Path, toy: Pa
 
 
 def test_on_batch_counts_batches_over_all_epochs(toy: Path) -> None:
-    from engine.data.conllu_io import read_conllu
     from engine.features.extract import FeatureExtractor
     from engine.features.templates import default_first_order
     from engine.inference.exact import TreeConstraint

@@ -89,6 +89,15 @@ class CountLabeler:
         return cls(list(data["labels"]), dict(data["full"]), dict(data["backoff"]), list(data["prior"]))
 
 
+def label_distributions(labeler: Any, sentences: Sequence[Any],
+                        heads: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """For each sentence, ``p[m-1, l]``: the probability of ``labeler.labels[l]`` for the arc of word m in its
+    tree ``heads``; rows sum to 1 (one vectorised pass for a log-linear labeller)."""
+    if isinstance(labeler, CountLabeler):
+        return [labeler.distribution(s.upos, h) for s, h in zip(sentences, heads, strict=True)]
+    return list(labeler.distributions(sentences, heads))
+
+
 def label_arcs(labeler: Any, sentence: Any, heads: np.ndarray) -> tuple[list[str], np.ndarray]:
     """The label and its probability for each arc of ``heads``: a ``CountLabeler`` reads the sentence's
     UPOS only; a log-linear labeller (``engine.decode.loglinear_labeler``) reads the whole sentence."""

@@ -31,9 +31,15 @@ _SAME = ("order", "tree", "features", "pruning")
 
 def average_parsers(directories: list[str | os.PathLike[str]]) -> FirstOrderParser | BPParser:
     """The parser of ``directories[0]`` with the mean of all their weights; its manifest records the sources
-    under ``training.averaged`` and drops ``metrics`` (they were measured for one source, not the mean)."""
-    if len(directories) < 2:
-        raise ModelError("averaging needs at least two models")
+    under ``training.averaged`` and drops ``metrics`` (they were measured for one source, not the mean).
+    One directory: its parser as it is, training record kept (so that ``average --components-from`` can give
+    a parser other components)."""
+    if not directories:
+        raise ModelError("averaging needs at least one model")
+    if len(directories) == 1:
+        parser = load_any(directories[0], load_model(directories[0]))
+        parser.manifest = {k: v for k, v in parser.manifest.items() if k not in ("metrics", "components")}
+        return parser
     parsers = []
     for directory in directories:
         parser = load_any(directory, load_model(directory))

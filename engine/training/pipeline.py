@@ -31,6 +31,11 @@ OBJECTIVES = ("cll", "l2", "ar", "l2+ar")  # engine.training.erma.OBJECTIVES
 # Hashed rows per stage of the stacked labeller: two stages of 2^17 rows weigh what one stage of 2^18 did. On EWT
 # dev (gold trees, predicted tags) 2^17 gives 95.05% of labels right against 95.07 for 2^18.
 LABELER_BUCKETS = 1 << 17
+# Copies of each training sentence under tags drawn from its jackknife fold tagger's posterior that the labeller
+# also trains on, by default (when the tagger and the labeller are trained): chosen on EWT dev (README, *Labels
+# under tag uncertainty*).
+LABELER_TAG_SAMPLES = 1
+MAX_LABELER_TAG_SAMPLES = 16
 
 ProgressCallback = Callable[[float, str], None]
 PathLike = str | os.PathLike[str]
@@ -66,6 +71,9 @@ class TrainOptions:
     anneal: tuple[float, float] = (1.0, 0.1)  # annealed-risk temperature, start -> end
     tag_samples: int = 0  # the model's default --tag-samples (manifest inference.tag_samples; needs a tagger)
     seeds: int = 1  # the parser is the mean of the weights of this many runs, seeds seed .. seed + seeds - 1
+    # the labeller also trains on this many copies of each sentence under tags drawn by its jackknife fold tagger
+    # (None: LABELER_TAG_SAMPLES when the tagger and the labeler are trained, else 0)
+    labeler_tag_samples: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "factors", tuple(self.factors))
@@ -97,6 +105,14 @@ class TrainOptions:
                                     f"got {self.tag_samples!r}")
         if self.tag_samples and "tagger" not in self.components:
             raise TrainOptionsError("tag_samples needs the tagger component (tag sequences come from it)")
+        k = self.labeler_tag_samples
+        if k is not None:
+            if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= MAX_LABELER_TAG_SAMPLES:
+                raise TrainOptionsError(f"labeler_tag_samples must be an integer from 0 to "
+                                        f"{MAX_LABELER_TAG_SAMPLES}, got {k!r}")
+            if k and not {"tagger", "labeler"} <= set(self.components):
+                raise TrainOptionsError("labeler_tag_samples needs the tagger and labeler components (the "
+                                        "labeller trains on tags drawn by the jackknife's fold taggers)")
         if self.objective not in OBJECTIVES:
             raise TrainOptionsError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
         object.__setattr__(self, "anneal", tuple(self.anneal))
@@ -109,6 +125,12 @@ class TrainOptions:
             if unknown:
                 raise TrainOptionsError(f"unknown factor families: {', '.join(unknown)} "
                                         f"(available: {', '.join(FACTOR_FAMILIES)})")
+
+    @property
+    def effective_labeler_tag_samples(self) -> int:
+        if self.labeler_tag_samples is not None:
+            return self.labeler_tag_samples
+        return LABELER_TAG_SAMPLES if {"tagger", "labeler"} <= set(self.components) else 0
 
     @property
     def effective_learning_rate(self) -> float:
@@ -233,16 +255,19 @@ def train_model(
         report("training tokenizer")
         parts["tokenizer"] = Tokenizer.train(train, dev=dev, seed=options.seed, progress=progress)
     dev_gold = dev
+    labeler_samples = options.effective_labeler_tag_samples
+    train_draws: list[Any] = []  # tag samples of each (jackknifed) training sentence, for the labeller
     dev_draws: list[Any] = []  # tag samples of each dev sentence (with a tagger and options.tag_samples)
     if "tagger" in options.components:
         # the parser and labeler see predicted tags in training, as they will at test time
         import copy
 
-        from engine.text.jackknife import jackknife_tags
+        from engine.text.jackknife import jackknife_tag_draws
         from engine.text.tagger import Tagger
 
         report("training tagger")
-        jackknifed = jackknife_tags(train, folds=options.folds, seed=options.seed, progress=progress)
+        jackknifed, train_draws = jackknife_tag_draws(train, folds=options.folds, seed=options.seed,
+                                                      progress=progress, samples=labeler_samples)
         report("training tagger", 0.8)
         parts["tagger"] = Tagger.train(train, dev=dev, seed=options.seed, progress=progress)
         train = jackknifed
@@ -334,10 +359,17 @@ def train_model(
         training.update(method="mean of the weights of --seeds runs", runs=runs)
     if "labeler" in options.components:
         from engine.decode.loglinear_labeler import LogLinearLabeler
+        from engine.decode.tag_marginal import retagged
 
         report("training labeler")
-        parts["labeler"] = LogLinearLabeler.train(train, dev=dev, seed=options.seed, progress=progress,
-                                                     folds=options.folds, buckets=LABELER_BUCKETS)
+        labeler_train = train  # each sentence, then its copies under drawn tags (so the folds keep them together)
+        if labeler_samples and train_draws:
+            labeler_train = [c for s, draws in zip(train, train_draws, strict=True)
+                             for c in (s, *(retagged(s, tags) for tags in draws))]
+        parts["labeler"] = LogLinearLabeler.train(labeler_train, dev=dev, seed=options.seed, progress=progress,
+                                                     folds=options.folds, buckets=LABELER_BUCKETS,
+                                                     group=1 + (labeler_samples if train_draws else 0))
+        parts["labeler"].info["tag_samples"] = labeler_samples if train_draws else 0
         model.labeler = parts["labeler"]
     dev_scores = None
     if dev:

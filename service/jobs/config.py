@@ -54,6 +54,11 @@ class JobConfig(BaseModel):
                              "of words it tags averaged over this many tag sequences from its tagger as well "
                              "as the best one (needs the tagger component).")
 
+    labeler_tag_samples: int | None = Field(None, ge=0, le=16, description="The labeler also trains on this many "
+                                            "copies of each training sentence under tag sequences drawn from its "
+                                            "jackknife fold tagger (default: 1 with the tagger and labeler "
+                                            "components, else 0).")
+
     @field_validator("factors")
     @classmethod
     def _unique(cls, factors: list[Factor]) -> list[Factor]:
@@ -87,4 +92,4 @@ class JobConfig(BaseModel):
                             factors=tuple(self.factors), bp_iterations=self.bp_iterations,
                             second_dim=self.second_dim, name=self.name,
                             components=tuple(dict.fromkeys(self.components)), tag_samples=self.tag_samples,
-                            seeds=self.seeds)
+                            seeds=self.seeds, labeler_tag_samples=self.labeler_tag_samples)
