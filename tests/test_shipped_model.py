@@ -57,6 +57,7 @@ def test_default_model_is_the_full_pipeline() -> None:
     origin = training.get("components_from", training)
     assert origin["train_file"] == "en_ewt-ud-train.conllu" and len(origin["train_sha256"]) == 64
     assert pipeline.default_tag_samples == 16
+    assert pipeline.labeler.info["tag_samples"] == 1  # trained on one tag-sample copy of each sentence too
     assert pipeline.parser.constraint.tree == "nonprojective" and pipeline.parser.constraint.root == "single"
     assert pipeline.manifest["metrics"]["dev"]["upos"] >= 95.0  # recorded at training time, predicted tags
 
