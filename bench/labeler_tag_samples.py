@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine.data.conllu_io import read_conllu  # noqa: E402
 from engine.decode.loglinear_labeler import LogLinearLabeler  # noqa: E402
-from engine.decode.tag_marginal import parse_over_tag_samples, retagged  # noqa: E402
+from engine.decode.tag_marginal import parse_over_tag_samples, with_tag_copies  # noqa: E402
 from engine.evaluation.metrics import attachment_scores  # noqa: E402
 from engine.inference.bp import BPConfig  # noqa: E402
 from engine.pipeline import Pipeline  # noqa: E402
@@ -51,7 +51,8 @@ def main() -> None:
     pipeline = Pipeline.load(args.model)
     parser = pipeline.parser
 
-    # dev: tagged by the model's tagger, parsed once per distinct tag sequence (cached), trees as the model's
+    # dev: gold trees, tagged by the model's tagger (the labeller's epoch choice); parsed once per distinct tag
+    # sequence (cached), trees as the model's
     dev = [copy.copy(s) for s in gold]
     _, draws = pipeline.tag_and_sample(dev, retag=True, samples=args.tag_samples)
     cache: dict[tuple, object] = {}
@@ -62,21 +63,18 @@ def main() -> None:
         todo = [i for i, k in enumerate(keys) if k not in cache]
         for i, p in zip(todo, parser.parse([batch[i] for i in todo], config), strict=True):
             cache[keys[i]] = p
-        return [copy.copy(cache[k]) for k in keys]
+        return [cache[k] for k in keys]
 
     start = time.perf_counter()
     trees = [p.heads for p in parse_over_tag_samples(dev, draws, parse, parser.constraint, parser.labeler)]
     parse_seconds = time.perf_counter() - start
 
     jackknifed, train_draws = jackknife_tag_draws(train, folds=5, seed=0, samples=max(args.samples))
-    dev_tagged = [copy.copy(s) for s in dev]  # best tags, gold trees: the labeller's epoch choice
-    for s, g in zip(dev_tagged, gold, strict=True):
-        s.heads, s.deprels = g.heads, g.deprels
     report: dict[str, object] = {"parse_seconds": round(parse_seconds, 1)}
     for k in args.samples:
-        data = [c for s, d in zip(jackknifed, train_draws, strict=True) for c in (s, *(retagged(s, t) for t in d[:k]))]
+        data = with_tag_copies(jackknifed, [d[:k] for d in train_draws])
         start = time.perf_counter()
-        labeler = LogLinearLabeler.train(data, dev=dev_tagged, seed=0, folds=5, buckets=LABELER_BUCKETS, group=1 + k)
+        labeler = LogLinearLabeler.train(data, dev=dev, seed=0, folds=5, buckets=LABELER_BUCKETS, group=1 + k)
         seconds = time.perf_counter() - start
         best = [labels for labels, _ in labeler.predict_batch(dev, trees)]
         averaged = parse_over_tag_samples(dev, draws, parse, parser.constraint, labeler)

@@ -48,6 +48,12 @@ def retagged(sentence: Any, tags: TagSequence) -> Any:
     return out
 
 
+def with_tag_copies(sentences: Sequence[Any], draws: Sequence[Sequence[TagSequence]]) -> list[Any]:
+    """Each sentence followed by its copies under its drawn tag sequences (the labeller's training data with
+    ``--labeler-tag-samples``; a sentence and its copies stay next to each other)."""
+    return [c for s, d in zip(sentences, draws, strict=True) for c in (s, *(retagged(s, tags) for tags in d))]
+
+
 def parse_over_tag_samples(
     sentences: Sequence[Any],
     samples: Sequence[Sequence[TagSequence]],

@@ -359,17 +359,14 @@ def train_model(
         training.update(method="mean of the weights of --seeds runs", runs=runs)
     if "labeler" in options.components:
         from engine.decode.loglinear_labeler import LogLinearLabeler
-        from engine.decode.tag_marginal import retagged
+        from engine.decode.tag_marginal import with_tag_copies
 
         report("training labeler")
-        labeler_train = train  # each sentence, then its copies under drawn tags (so the folds keep them together)
-        if labeler_samples and train_draws:
-            labeler_train = [c for s, draws in zip(train, train_draws, strict=True)
-                             for c in (s, *(retagged(s, tags) for tags in draws))]
+        copies = labeler_samples if train_draws else 0  # draws exist only when the tagger was trained
+        labeler_train = with_tag_copies(train, train_draws) if copies else train
         parts["labeler"] = LogLinearLabeler.train(labeler_train, dev=dev, seed=options.seed, progress=progress,
-                                                     folds=options.folds, buckets=LABELER_BUCKETS,
-                                                     group=1 + (labeler_samples if train_draws else 0))
-        parts["labeler"].info["tag_samples"] = labeler_samples if train_draws else 0
+                                                     folds=options.folds, buckets=LABELER_BUCKETS, group=1 + copies)
+        parts["labeler"].info["tag_samples"] = copies
         model.labeler = parts["labeler"]
     dev_scores = None
     if dev:
