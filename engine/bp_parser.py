@@ -29,7 +29,8 @@ from engine.inference.bp import BPConfig, BPResult
 from engine.inference.exact import TreeConstraint, exact_marginals
 from engine.inference.relaxed import InferenceConfig, RelaxedResult, infer_many
 from engine.model.store import ModelError, StoredModel, half_precision, load_model, read_manifest, save_model
-from engine.parser import FirstOrderParser, ParsedSentence, load_common, model_manifest
+from engine.parser import UNLABELLED, FirstOrderParser, ParsedSentence, load_common, model_manifest
+from engine.scoring.fused import ArcScorer
 from engine.scoring.potentials import arc_scores
 from engine.scoring.pruning import PruneConfig, prune_arcs
 
@@ -48,6 +49,15 @@ class BPParser:
     prune: PruneConfig = field(default_factory=PruneConfig)
     manifest: dict[str, Any] = field(default_factory=dict)
     decode_constraint: str | None = None  # None: TREE/PTREE as the model was trained
+    _scorer: ArcScorer | None = field(default=None, repr=False, compare=False)
+
+    def link_and_prune_scores(self, sentences: Sequence[Any]) -> list[np.ndarray]:
+        """Arc potentials (B, n+1, n+1) of a batch of one length under the weights and, if there is one,
+        the pruner, straight from the tokens (``engine.scoring.fused``: no feature array)."""
+        vectors = [self.weights] + ([self.pruner] if self.pruner is not None else [])
+        if self._scorer is None or not self._scorer.serves(vectors):
+            self._scorer = ArcScorer(self.extractor, vectors)
+        return self._scorer(sentences)
 
     @classmethod
     def from_first_order(cls, parser: FirstOrderParser, templates: dict[str, tuple[TripleTemplate, ...]] | None = None,
@@ -72,13 +82,22 @@ class BPParser:
     def graph_batches(self, sentences: Sequence[Any], *, gold: bool = False,
                       batch_size: int = 64) -> Iterator[list[tuple[int, SentenceGraph, np.ndarray]]]:
         """``graphs`` in batches of sentences of one length (features are extracted per batch, and BP
-        runs a batch's graphs stacked: ``engine.inference.relaxed.infer_many``)."""
+        runs a batch's graphs stacked: ``engine.inference.relaxed.infer_many``). With ``gold`` (training)
+        each graph keeps its first-order feature indices (``link_features``); without, the potentials come
+        straight from the tokens (``link_and_prune_scores``, the same values)."""
         for idx in length_batches([len(s.forms) for s in sentences], batch_size):
             batch = []
-            feats = self.extractor.extract([sentences[i] for i in idx])
-            link = arc_scores(self.weights, feats)
+            chosen = [sentences[i] for i in idx]
+            if gold:
+                feats = self.extractor.extract(chosen)
+                scores = [arc_scores(self.weights, feats)]
+                if self.pruner is not None:
+                    scores.append(arc_scores(self.pruner, feats))
+            else:
+                scores = self.link_and_prune_scores(chosen)
+            link = scores[0]
             if self.pruner is not None:
-                _, prune_marg = exact_marginals(arc_scores(self.pruner, feats), self.constraint)
+                _, prune_marg = exact_marginals(scores[1], self.constraint)
             for j, i in enumerate(idx):
                 n1 = link.shape[-1]
                 if self.pruner is None:
@@ -92,11 +111,12 @@ class BPParser:
                 graph = build_graph(sentences[i], valid, link[j], self.weights, self.templates,
                                     constraint=self.graph_constraint, single_root=self.constraint.single_root,
                                     offset=self.extractor.dim)
-                graph.link_features = feats[j]
+                if gold:
+                    graph.link_features = feats[j]
                 batch.append((i, graph, keep))
             yield batch
 
-    def decode(self, tokens: Tokens, graph: SentenceGraph, result: BPResult) -> ParsedSentence:
+    def decode(self, tokens: Tokens, graph: SentenceGraph, result: BPResult, labels: bool = True) -> ParsedSentence:
         marg = result.beliefs.copy()
         col = marg[:, 1:].sum(axis=0)
         marg[:, 1:] /= np.where(col > 0, col, 1.0)  # per-word head distribution from the beliefs
@@ -106,7 +126,7 @@ class BPParser:
                                        self.constraint.root)
         heads = mbr_decode(np.where(graph.valid, result.beliefs, -np.inf), decode_as)
         m = np.arange(1, len(heads))
-        labels, label_probs = label_arcs(self.labeler, tokens, heads)
+        deprels, label_probs = label_arcs(self.labeler, tokens, heads) if labels else UNLABELLED
         diag = {"method": "bp", "iterations": result.iterations, "converged": bool(result.converged),
                 "residual": float(result.residual), "arcs": int(graph.valid.sum()), "eta": 0.0,
                 "factor_fraction": 1.0}
@@ -116,13 +136,14 @@ class BPParser:
         if self.graph_constraint in ("tree", "ptree"):  # the tree factor's belief (Smith & Eisner §6)
             tree_scores = np.where(graph.valid, result.incoming[0][0], -np.inf)
             dist = TreeDistribution(tree_scores, decode_as, "bp-tree-factor")
-        return ParsedSentence(heads, marg[heads[1:], m], marg, None, labels, label_probs, diag, dist)
+        return ParsedSentence(heads, marg[heads[1:], m], marg, None, deprels, label_probs, diag, dist)
 
     def parse(self, sentences: Sequence[Tokens], config: InferenceConfig | None = None,
-              batch_size: int = 64) -> list[ParsedSentence]:
+              batch_size: int = 64, labels: bool = True) -> list[ParsedSentence]:
         """BP (``BPConfig``), relaxed BP (``RelaxedConfig``) or pruned BP (``PrunedConfig``) per sentence,
         the sentences of one length stacked (``infer_many``); the diagnostics' ``inference_seconds`` is the
-        time of inference alone (no features, no decoding), a stack's time shared equally by its sentences."""
+        time of inference alone (no features, no decoding), a stack's time shared equally by its sentences.
+        Without ``labels`` the parses carry no labels (``UNLABELLED``: for callers that label afterwards)."""
         config = config or BPConfig(max_iterations=5, schedule="serial")
         out: list[ParsedSentence | None] = [None] * len(sentences)
         for batch in self.graph_batches(sentences, batch_size=batch_size):
@@ -130,7 +151,7 @@ class BPParser:
             results = infer_many([(graph.families, graph.valid) for _, graph, _ in batch], config)
             seconds = (time.perf_counter() - start) / len(batch)
             for (i, graph, _), result in zip(batch, results, strict=True):
-                out[i] = parsed = self.decode(sentences[i], graph, result)
+                out[i] = parsed = self.decode(sentences[i], graph, result, labels)
                 assert parsed.diagnostics is not None
                 parsed.diagnostics["inference_seconds"] = seconds
         return out  # type: ignore[return-value]
@@ -168,7 +189,14 @@ class BPParser:
         for arr in (weights, pruner):
             if arr is not None and (arr.ndim != 1 or len(arr) < extractor.dim):
                 raise ModelError(f"{directory}: weight arrays do not match the feature dimension {extractor.dim}")
-        return cls(extractor, weights, constraint, labeler, second, pruner, prune, man)
+            if arr is not None:
+                arr.flags.writeable = False  # a loaded model's weights: the scorer lays them out once
+        parser = cls(extractor, weights, constraint, labeler, second, pruner, prune, man)
+        stored_vectors = [stored.arrays[k] for k in ("weights", "pruner") if k in stored.arrays]
+        if all(v.dtype == np.float16 for v in stored_vectors):  # the kernel's table straight from the file's bits
+            half = np.stack([v[: extractor.dim].view(np.uint16) for v in stored_vectors], axis=1)
+            parser._scorer = ArcScorer(extractor, [w for w in (weights, pruner) if w is not None], half)
+        return parser
 
 
 def load_any(directory: str | os.PathLike[str], stored: StoredModel | None = None) -> FirstOrderParser | BPParser:

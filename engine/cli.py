@@ -175,7 +175,7 @@ def _load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
                              "first-order models; use --inference bp")
         if args.constraint:
             raise UsageError("--constraint needs --inference bp")
-        return pipeline, lambda sentences: model.parse(sentences, args.batch_size)
+        return pipeline, lambda sentences, labels=True: model.parse(sentences, args.batch_size, labels)
     if not isinstance(model, BPParser):
         model = BPParser.from_first_order(model)
     model.decode_constraint = args.constraint
@@ -193,7 +193,7 @@ def _load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
             config = BPConfig(max_iterations=args.bp_iterations or 5, schedule=args.schedule)
     except ValueError as e:
         raise UsageError(f"--inference {inference}: {e}") from e
-    return pipeline, lambda sentences: model.parse(sentences, config, args.batch_size)
+    return pipeline, lambda sentences, labels=True: model.parse(sentences, config, args.batch_size, labels)
 
 
 def _temperatures(text: str) -> tuple[float, float]:
@@ -250,10 +250,10 @@ def cmd_average(args: argparse.Namespace) -> int:
         check_parsable(gold, args.dev)
         args.pipeline, args.model, args.tag_samples = pipeline, args.out, pipeline.default_tag_samples
 
-        def parse(sentences: list[Any]) -> list[Any]:
+        def parse(sentences: list[Any], labels: bool = True) -> list[Any]:
             if isinstance(parser, BPParser):
-                return parser.parse(sentences, BPConfig(max_iterations=5, schedule="serial"))
-            return parser.parse(sentences)
+                return parser.parse(sentences, BPConfig(max_iterations=5, schedule="serial"), labels=labels)
+            return parser.parse(sentences, labels=labels)
 
         extra["metrics"] = {"dev": _score_gold_tokens(args, parse, gold, predicted=pipeline.tagger is not None)[0]}
     pipeline.save(args.out, extra)
@@ -277,7 +277,8 @@ def _parse_tagged(args: argparse.Namespace, parse: Any, sentences: list[Any], dr
     from engine.decode.tag_marginal import parse_over_tag_samples
 
     parser = args.pipeline.parser
-    return parse_over_tag_samples(sentences, draws, parse, parser.constraint, parser.labeler)
+    return parse_over_tag_samples(sentences, draws, parse, parser.constraint, parser.labeler,
+                                  lambda copies: parse(copies, labels=False))
 
 
 def _check_tag_samples(args: argparse.Namespace) -> None:

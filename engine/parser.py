@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -23,7 +23,7 @@ from engine.features.extract import FeatureExtractor, Tokens
 from engine.features.templates import ArcTemplate
 from engine.inference.exact import TreeConstraint, exact_marginals
 from engine.model.store import ModelError, StoredModel, half_precision, load_model, save_model
-from engine.scoring.potentials import arc_scores
+from engine.scoring.fused import ArcScorer
 
 
 @dataclass
@@ -39,6 +39,9 @@ class ParsedSentence:
     label_probs: np.ndarray
     diagnostics: dict[str, Any] | None = None  # BP: iterations, converged, residual
     distribution: TreeDistribution | None = None  # the distribution over trees behind the marginals
+
+
+UNLABELLED: tuple[list[str], np.ndarray] = ([], np.zeros(0))  # the labels of a parse asked for without them
 
 
 def model_manifest(base: dict[str, Any], extra: dict[str, Any] | None, order: int, extractor: FeatureExtractor,
@@ -63,24 +66,28 @@ class FirstOrderParser:
     constraint: TreeConstraint
     labeler: Any  # CountLabeler, or a pipeline's LogLinearLabeler (see engine.decode.labeler.label_arcs)
     manifest: dict[str, Any]
+    _scorer: ArcScorer | None = field(default=None, repr=False, compare=False)
 
     def batches(self, sentences: Sequence[Tokens], batch_size: int = 64) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(sentence indices, arc scores (B, n+1, n+1)) for equal-length batches."""
+        """(sentence indices, arc scores (B, n+1, n+1)) for equal-length batches, straight from the tokens
+        (``engine.scoring.fused``; the values ``arc_scores(weights, extractor.extract(...))`` gives)."""
+        if self._scorer is None or not self._scorer.serves([self.weights]):
+            self._scorer = ArcScorer(self.extractor, [self.weights])
         for idx in length_batches([len(s.forms) for s in sentences], batch_size):
-            feats = self.extractor.extract([sentences[i] for i in idx])
-            yield idx, arc_scores(self.weights, feats)
+            yield idx, self._scorer([sentences[i] for i in idx])[0]
 
-    def parse(self, sentences: Sequence[Tokens], batch_size: int = 64) -> list[ParsedSentence]:
-        """Parse sentences (each needs ``forms``, ``upos``, ``xpos``; at least one word)."""
+    def parse(self, sentences: Sequence[Tokens], batch_size: int = 64, labels: bool = True) -> list[ParsedSentence]:
+        """Parse sentences (each needs ``forms``, ``upos``, ``xpos``; at least one word); without ``labels``
+        the parses carry none (``UNLABELLED``)."""
         out: list[ParsedSentence | None] = [None] * len(sentences)
         for idx, scores in self.batches(sentences, batch_size):
             log_z, marg = exact_marginals(scores, self.constraint)
             for j, i in enumerate(idx):
                 heads = mbr_decode(marg[j], self.constraint)
                 m = np.arange(1, len(heads))
-                labels, label_probs = label_arcs(self.labeler, sentences[i], heads)
+                deprels, label_probs = label_arcs(self.labeler, sentences[i], heads) if labels else UNLABELLED
                 dist = TreeDistribution.with_marginals(scores[j], self.constraint, "exact", float(log_z[j]), marg[j])
-                out[i] = ParsedSentence(heads, marg[j][heads[1:], m], marg[j], float(log_z[j]), labels, label_probs,
+                out[i] = ParsedSentence(heads, marg[j][heads[1:], m], marg[j], float(log_z[j]), deprels, label_probs,
                                         None, dist)
         return out  # type: ignore[return-value]
 
@@ -103,6 +110,7 @@ class FirstOrderParser:
         weights = stored.arrays["weights"].astype(np.float64)
         if weights.shape != (extractor.dim,):
             raise ModelError(f"{directory}: weights have shape {weights.shape}, features need ({extractor.dim},)")
+        weights.flags.writeable = False  # a loaded model's weights: the scorer lays them out once
         return cls(extractor, weights, constraint, labeler, stored.manifest)
 
 

@@ -37,22 +37,24 @@ def run_inference(entry: ModelEntry, sentences: list[Sentence], options: Inferen
     """Parse ``sentences``; those with tag ``draws`` (from the model's tagger) are also parsed under them and
     their marginals averaged (``engine.decode.tag_marginal``)."""
     return parse_over_tag_samples(sentences, draws, lambda batch: _infer(entry, batch, options),
-                                  entry.parser.constraint, entry.parser.labeler)
+                                  entry.parser.constraint, entry.parser.labeler,
+                                  lambda copies: _infer(entry, copies, options, labels=False))
 
 
-def _infer(entry: ModelEntry, sentences: list[Sentence], options: InferenceOptions) -> list[ParsedSentence]:
+def _infer(entry: ModelEntry, sentences: list[Sentence], options: InferenceOptions,
+           labels: bool = True) -> list[ParsedSentence]:
     method = resolve_method(entry, options)
     if method == "exact":
         assert not isinstance(entry.parser, BPParser)
-        parsed = entry.parser.parse(sentences)
+        parsed = entry.parser.parse(sentences, labels=labels)
         for p in parsed:
             p.diagnostics = {"method": "exact", "iterations": None, "converged": True, "residual": None}
         return parsed
     if method == "relaxed":
         relaxed = RelaxedConfig(epsilon=options.epsilon, rounds=options.rounds, bp_iterations=options.iterations)
-        return entry.bp_parser().parse(sentences, relaxed)
+        return entry.bp_parser().parse(sentences, relaxed, labels=labels)
     config = BPConfig(max_iterations=options.iterations, schedule="serial")
-    return entry.bp_parser().parse(sentences, config)
+    return entry.bp_parser().parse(sentences, config, labels=labels)
 
 
 def _finite(values: np.ndarray, what: str) -> list[Any]:

@@ -72,13 +72,13 @@ def test_extract_requires_equal_lengths() -> None:
 
 
 def test_shifted_word_attributes_and_shapes() -> None:
-    from engine.features.extract import _token_attribute
+    from engine.features.extract import token_attribute
 
     s = _sent("McDonald's sold 1,234 burgers", "PROPN VERB NUM NOUN")
-    assert _token_attribute(s, "shape") == ["<ROOT>", "XxXx'x", "x", "d,d", "x"]
-    assert _token_attribute(s, "lower_prev") == ["<BOS>", "<ROOT>", "mcdonald's", "sold", "1,234"]
-    assert _token_attribute(s, "suf3_next") == ["d's", "old", "234", "ers", "<EOS>"]
-    assert _token_attribute(s, "upos_prev") == ["<BOS>", "<ROOT>", "PROPN", "VERB", "NUM"]  # as before
+    assert token_attribute(s, "shape") == ["<ROOT>", "XxXx'x", "x", "d,d", "x"]
+    assert token_attribute(s, "lower_prev") == ["<BOS>", "<ROOT>", "mcdonald's", "sold", "1,234"]
+    assert token_attribute(s, "suf3_next") == ["d's", "old", "234", "ers", "<EOS>"]
+    assert token_attribute(s, "upos_prev") == ["<BOS>", "<ROOT>", "PROPN", "VERB", "NUM"]  # as before
     # a context-word template tells apart arcs whose head and dependent are the same words
     tmpl = ArcTemplate(("lower",), ("lower_prev",), "none")
     fx = FeatureExtractor((tmpl,), 1 << 20)

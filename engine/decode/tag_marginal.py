@@ -60,6 +60,7 @@ def parse_over_tag_samples(
     parse: Callable[[list[Any]], list[ParsedSentence]],
     constraint: TreeConstraint,
     labeler: Any,
+    parse_unlabelled: Callable[[list[Any]], list[ParsedSentence]] | None = None,
 ) -> list[ParsedSentence]:
     """Parse ``sentences`` (tagged with their best tags) and sentence ``i`` again under each distinct tag
     sequence of ``samples[i]``; return parses whose marginals are the mean over the best tags and every
@@ -69,8 +70,10 @@ def parse_over_tag_samples(
 
     A sentence without samples (e.g. tags given by the user) keeps its single parse; with no samples at all
     this is ``parse(sentences)``. ``parse`` maps a list
-    of sentences to their parses (any inference). The result has no tree distribution (``distribution``
-    is None): k-best and sampled trees need the single-tagging parse."""
+    of sentences to their parses (any inference); ``parse_unlabelled``, if given, is the same parse without
+    labels, used for the copies under the samples (only their marginals count: the labels come from the
+    averaged distributions). The result has no tree distribution (``distribution`` is None): k-best and
+    sampled trees need the single-tagging parse."""
     if len(samples) != len(sentences):
         raise ValueError(f"{len(sentences)} sentences but {len(samples)} sample lists")
     parsed = parse(list(sentences))
@@ -83,11 +86,13 @@ def parse_over_tag_samples(
         counts = Counter((tuple(u), tuple(x)) for u, x in draws)
         first *= 1 + counts.pop((tuple(sentence.upos), tuple(sentence.xpos)), 0)
         distinct.append([((list(u), list(x)), c) for (u, x), c in counts.items()])
-    rounds = max((len(d) for d in distinct), default=0)
-    for k in range(rounds):
-        chosen = [i for i, d in enumerate(distinct) if len(d) > k]
-        for i, p in zip(chosen, parse([retagged(sentences[i], distinct[i][k][0]) for i in chosen]), strict=True):
-            total[i] += distinct[i][k][1] * p.marginals
+    # every sentence's copies under its distinct sequences in one call, so that the parser batches copies of
+    # one length together (they are many: 7.2 per sentence on EWT dev with K = 16, weighted by length)
+    copies = [(i, tags, c) for i, d in enumerate(distinct) for tags, c in d]
+    parse_copies = parse_unlabelled or parse
+    for (i, _, c), p in zip(copies, parse_copies([retagged(sentences[i], tags) for i, tags, _ in copies])
+                            if copies else [], strict=True):
+        total[i] += c * p.marginals
     out: list[ParsedSentence | None] = []
     trees: dict[int, np.ndarray] = {}
     jobs: list[tuple[int, Any, np.ndarray, int]] = []  # (sentence, its copy under one tag sequence, tree, count)

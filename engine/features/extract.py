@@ -37,7 +37,7 @@ class Tokens(Protocol):
     xpos: list[str]
 
 
-def _token_attribute(sent: Tokens, attr: str) -> list[str]:
+def token_attribute(sent: Tokens, attr: str) -> list[str]:
     """Attribute strings for positions 0..n (position 0 is ROOT); ``<base>_prev`` / ``<base>_next`` is
     the base attribute of the word before / after (``<BOS>`` / ``<EOS>`` past the edges)."""
     base, _, shift = attr.partition("_")
@@ -93,7 +93,7 @@ class FeatureExtractor:
         b = len(sentences)
         attrs = {a for t in self.templates for a in t.head + t.dep}
         codes = {
-            a: hash_strings([x for s in sentences for x in _token_attribute(s, a)]).reshape(b, n + 1)
+            a: hash_strings([x for s in sentences for x in token_attribute(s, a)]).reshape(b, n + 1)
             for a in sorted(attrs)
         }
         direction, distance = direction_distance(n)

@@ -11,6 +11,7 @@ import zlib
 from functools import lru_cache
 
 import numpy as np
+from numba import njit  # type: ignore[import-untyped]
 
 _MUL = np.uint64(0x9E3779B97F4A7C15)
 _MUL2 = np.uint64(0xBF58476D1CE4E5B9)
@@ -37,4 +38,14 @@ def mix(x: np.ndarray, y: np.ndarray | np.uint64) -> np.ndarray:
         z ^= z >> _S1
         z *= _MUL2
         z ^= z >> _S2
+    return z
+
+
+@njit(cache=True, inline="always")
+def mix_pair(x: np.uint64, y: np.uint64) -> np.uint64:
+    """``mix`` of two scalar codes, for compiled kernels (the same arithmetic, wrapping uint64)."""
+    z = (x ^ y) * np.uint64(0x9E3779B97F4A7C15)
+    z ^= z >> np.uint64(31)
+    z *= np.uint64(0xBF58476D1CE4E5B9)
+    z ^= z >> np.uint64(27)
     return z

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
+from numba import njit  # type: ignore[import-untyped]
 
-from engine.features.extract import Tokens, _token_attribute
-from engine.features.hashing import hash_string, hash_strings, mix
+from engine.features.extract import Tokens, token_attribute
+from engine.features.hashing import hash_string, hash_strings, mix_pair
 from engine.features.templates import CONTEXTS, TOKEN_ATTRIBUTES
 
 FAMILIES = ("grand", "sib", "childseq", "nocross")
@@ -102,6 +104,49 @@ def _directions(family: str, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.
     return (b > a).astype(np.int64) * 2 + (c > a)
 
 
+@lru_cache(maxsize=1)
+def _context_codes() -> tuple[np.ndarray, np.ndarray]:
+    """Codes of the ``dir`` contexts (8) and of the ``dist`` contexts (128)."""
+    return hash_strings([f"d{i}" for i in range(8)]), hash_strings([f"dd{i}" for i in range(128)])
+
+
+@lru_cache(maxsize=64)
+def _template_tables(templates: tuple[TripleTemplate, ...],
+                     attrs: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per template: the seed (hash of its name), the attribute indices of roles a, b, c (T, 3, W; -1
+    padded) and the context kind (0 none, 1 dir, 2 dist)."""
+    index = {x: i for i, x in enumerate(attrs)}
+    width = max(1, max(len(r) for t in templates for r in (t.a, t.b, t.c)))
+    roles = np.full((len(templates), 3, width), -1, dtype=np.int64)
+    for k, t in enumerate(templates):
+        for r, names in enumerate((t.a, t.b, t.c)):
+            roles[k, r, : len(names)] = [index[x] for x in names]
+    seeds = np.array([hash_string(t.name) for t in templates], dtype=np.uint64)
+    kinds = np.array([("none", "dir", "dist").index(t.context) for t in templates], dtype=np.int64)
+    return seeds, roles, kinds
+
+
+@njit(cache=True)
+def _triple_kernel(codes: np.ndarray, seeds: np.ndarray, roles: np.ndarray, kinds: np.ndarray,
+                   positions: np.ndarray, ctx: np.ndarray, modulus: np.uint64, out: np.ndarray) -> None:
+    """``out[i, k]``: template k's feature index for triple i, ``1 + hash % modulus``, the hash being the
+    seed mixed with each role's attribute codes in turn (a, b, c) and then the context code
+    (``engine.features.hashing.mix``, one pair at a time)."""
+    for i in range(positions.shape[1]):
+        for k in range(len(seeds)):
+            x = seeds[k]
+            for r in range(3):
+                p = positions[r, i]
+                for j in range(roles.shape[2]):
+                    attr = roles[k, r, j]
+                    if attr < 0:
+                        break
+                    x = mix_pair(x, codes[p, attr])
+            if kinds[k] > 0:
+                x = mix_pair(x, ctx[kinds[k], i])
+            out[i, k] = np.int32(x % modulus) + 1
+
+
 def extract_triples(
     tokens: Tokens, templates: Sequence[TripleTemplate], triples: np.ndarray, dim: int,
     direction: np.ndarray | None = None,
@@ -117,23 +162,15 @@ def extract_triples(
     a, b, c = triples
     family = templates[0].family
     attrs = sorted({x for t in templates for x in t.a + t.b + t.c})
-    codes = {x: hash_strings(_token_attribute(tokens, x)) for x in attrs}
+    codes = {x: hash_strings(token_attribute(tokens, x)) for x in attrs}
     if direction is None:
         direction = _directions(family, a, b, c)
     far = np.abs(a - c) if family == "grand" else np.abs(a - b) if family == "nocross" else np.abs(b - c)
     dist = direction * 16 + _BINS[np.minimum(far, len(_BINS) - 1)]
-    ctx_codes = {
-        "none": None,
-        "dir": hash_strings([f"d{i}" for i in range(8)])[direction],
-        "dist": hash_strings([f"dd{i}" for i in range(128)])[dist],
-    }
-    for k, t in enumerate(templates):
-        x = np.full(f, np.uint64(hash_string(t.name)))
-        for role, pos in (("a", a), ("b", b), ("c", c)):
-            for attr in getattr(t, role):
-                x = mix(x, codes[attr][pos])
-        ctx = ctx_codes[t.context]
-        if ctx is not None:
-            x = mix(x, ctx)
-        out[:, k] = (x % np.uint64(dim - 1)).astype(np.int32) + 1
+    dir_codes, dist_codes = _context_codes()
+    codes_table = np.stack([codes[x] for x in attrs], axis=1)  # (n+1, A)
+    seeds, roles, kinds = _template_tables(tuple(templates), tuple(attrs))
+    ctx = np.stack([np.zeros(f, dtype=np.uint64), dir_codes[direction], dist_codes[dist]])
+    _triple_kernel(codes_table, seeds, roles, kinds, np.stack([a, b, c]).astype(np.int64), ctx,
+                   np.uint64(dim - 1), out)
     return out

@@ -373,11 +373,13 @@ def train_model(
         report("evaluating")
         from engine.decode.tag_marginal import parse_over_tag_samples
 
-        def parse(sentences: list[Any]) -> list[Any]:
-            return model.parse(sentences) if order == 1 else model.parse(sentences, inference)
+        def parse(sentences: list[Any], labels: bool = True) -> list[Any]:
+            return model.parse(sentences, labels=labels) if order == 1 else model.parse(sentences, inference,
+                                                                                       labels=labels)
 
         draws = dev_draws or [[] for _ in dev]
-        dev_scores = attachment(dev, parse_over_tag_samples(dev, draws, parse, model.constraint, model.labeler))
+        dev_scores = attachment(dev, parse_over_tag_samples(dev, draws, parse, model.constraint, model.labeler,
+                                                            lambda copies: parse(copies, labels=False)))
         if options.tag_samples:
             dev_scores["tag_samples"] = options.tag_samples
     extra = extra_manifest() if callable(extra_manifest) else extra_manifest

@@ -1,0 +1,221 @@
+"""Arc potentials straight from the tokens: feature hashing and the weight lookup fused in one compiled pass.
+
+``scores[b, h, m] = sum_k weights[features[b, h, m, k]]`` (``engine.scoring.potentials.arc_scores``) needs
+the feature indices ``(B, n+1, n+1, K)`` of ``engine.features.extract.FeatureExtractor.extract`` first: for
+the shipped model K = 393 slots per arc, 289 of them "between" features (Mcdonald et al. 2005, Table 1:
+one per UPOS tag lying between head and dependent), most of them the null feature because the tag is
+absent. Inference never needs the indices, only their weights' sums, so this module computes the same
+hashes (``engine.features.hashing.mix``, bucket ``1 + code % (dim - 1)``) arc by arc in a numba kernel and
+adds each weight as soon as its index is known, for every weight vector at once (the model's and the
+pruner's share the features). "Between" features are visited only for the tags that are present
+(the absent ones are the null feature: ``weights[0]`` each). Training keeps the indices
+(``extract`` + ``arc_scores``); the two paths agree to rounding (``tests/test_fused_scores.py``).
+
+The head and dependent halves of each template's hash depend on one position each, so they are hashed
+once per word (O(n K)); only the conjunction, its context and the bucket are per arc (O(n^2 K)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+from numba import njit, types  # type: ignore[import-untyped]
+from numba.extending import overload  # type: ignore[import-untyped]
+
+from engine.features.extract import UPOS_TAGS, FeatureExtractor, Tokens, direction_distance, token_attribute
+from engine.features.hashing import hash_string, hash_strings, mix_pair
+
+_DEP_SEED = np.uint64(0x51ED27)
+_CONTEXTS = {"none": 0, "dir": 1, "dist": 2}
+
+
+@njit(cache=True)
+def _halves(codes: np.ndarray, starts: np.ndarray, attrs: np.ndarray) -> np.ndarray:
+    """(B, n+1, T): each template's hash of one side's attributes (``attrs[t]``, -1 padded) per word, from
+    the code ``starts[t]``."""
+    b, n1, _ = codes.shape
+    t_count = len(starts)
+    out = np.empty((b, n1, t_count), dtype=np.uint64)
+    for s in range(b):
+        for p in range(n1):
+            for t in range(t_count):
+                x = starts[t]
+                for j in range(attrs.shape[1]):
+                    a = attrs[t, j]
+                    if a < 0:
+                        break
+                    x = mix_pair(x, codes[s, p, a])
+                out[s, p, t] = x
+    return out
+
+
+def _value(v, decode):  # type: ignore[no-untyped-def]  # a weight from its table entry (see ArcScorer)
+    raise NotImplementedError  # pragma: no cover (compiled through the overload below)
+
+
+@overload(_value)
+def _value_impl(v, decode):  # type: ignore[no-untyped-def]
+    if isinstance(v, types.Integer):  # float16 bits
+        return lambda v, decode: decode[v]
+    return lambda v, decode: np.float64(v)
+
+
+@njit(cache=True)
+def _scores_kernel(heads: np.ndarray, deps: np.ndarray, contexts: np.ndarray, between: np.ndarray,
+                   dir_codes: np.ndarray, dist_codes: np.ndarray, tags: np.ndarray, tag_codes: np.ndarray,
+                   modulus: np.uint64, table: np.ndarray, decode: np.ndarray, out: np.ndarray) -> None:
+    """``out[w, b, h, m]`` = sum over the arc's feature indices of the weights ``table[:, w]`` (float64, or
+    float16 bits standing for ``decode[bits]``)."""
+    n_weights = out.shape[0]
+    b_count, n1, t_count = heads.shape
+    n_tags = len(tag_codes)
+    acc = np.zeros(n_weights)
+    null = np.empty(n_weights)
+    for w in range(n_weights):
+        null[w] = _value(table[0, w], decode)
+    n_between = 0
+    for t in range(t_count):
+        if between[t]:
+            n_between += 1
+    for s in range(b_count):
+        for h in range(n1):
+            for m in range(n1):
+                if m == 0 or m == h:
+                    for w in range(n_weights):
+                        out[w, s, h, m] = -np.inf
+                    continue
+                lo, hi = (h, m) if h < m else (m, h)
+                mask = 0  # the UPOS tags strictly between h and m, as bits
+                for p in range(lo + 1, hi):
+                    if tags[s, p] >= 0:
+                        mask |= 1 << tags[s, p]
+                present = 0
+                for k in range(n_tags):
+                    if mask & (1 << k):
+                        present += 1
+                for w in range(n_weights):
+                    acc[w] = null[w] * (n_between * (n_tags - present))
+                for t in range(t_count):
+                    arc = mix_pair(heads[s, h, t], deps[s, m, t])
+                    if contexts[t] == 1:
+                        arc = mix_pair(arc, dir_codes[h, m])
+                    elif contexts[t] == 2:
+                        arc = mix_pair(arc, dist_codes[h, m])
+                    if between[t]:
+                        for k in range(n_tags):
+                            if mask & (1 << k):
+                                idx = np.int64(mix_pair(arc, tag_codes[k]) % modulus) + 1
+                                for w in range(n_weights):
+                                    acc[w] += _value(table[idx, w], decode)
+                    else:
+                        idx = np.int64(arc % modulus) + 1
+                        for w in range(n_weights):
+                            acc[w] += _value(table[idx, w], decode)
+                for w in range(n_weights):
+                    out[w, s, h, m] = acc[w]
+
+
+_HALF_VALUES = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64)
+
+
+@lru_cache(maxsize=32)
+def _tables(extractor: FeatureExtractor) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                  np.ndarray]:
+    """The extractor's templates as arrays: attributes, per-template seeds, attribute indices of each side
+    (-1 padded), context kinds and between flags."""
+    attrs = sorted({a for t in extractor.templates for a in t.head + t.dep})
+    index = {a: i for i, a in enumerate(attrs)}
+    width = max(1, max(max(len(t.head), len(t.dep)) for t in extractor.templates))
+    head = np.full((len(extractor.templates), width), -1, dtype=np.int64)
+    dep = np.full_like(head, -1)
+    for i, t in enumerate(extractor.templates):
+        head[i, : len(t.head)] = [index[a] for a in t.head]
+        dep[i, : len(t.dep)] = [index[a] for a in t.dep]
+    seeds = np.array([hash_string(t.name) for t in extractor.templates], dtype=np.uint64)
+    contexts = np.array([_CONTEXTS[t.context] for t in extractor.templates], dtype=np.int64)
+    between = np.array([t.between for t in extractor.templates], dtype=np.bool_)
+    return attrs, seeds, head, dep, contexts, between
+
+
+@lru_cache(maxsize=64)
+def _context_codes(n: int) -> tuple[np.ndarray, np.ndarray]:
+    direction, distance = direction_distance(n)
+    return (hash_strings([f"dir{d}" for d in range(3)])[direction],
+            hash_strings([f"dist{d}" for d in range(200)])[distance])
+
+
+def _weight_tables(weights: Sequence[np.ndarray], dim: int) -> list[np.ndarray]:
+    """The weights as the kernel reads them: one interleaved (dim, W) table when there are several and every
+    one is read-only (a loaded model: built once, as float16 bits when that is exact, so that one cache line
+    serves every vector), else a (dim, 1) view of each vector (no copy; weights a trainer is changing stay
+    live)."""
+    if len(weights) == 1 or not all(not w.flags.writeable for w in weights):
+        return [np.asarray(w[:dim], dtype=np.float64)[:, None] for w in weights]
+    table = np.stack([np.asarray(w[:dim], dtype=np.float64) for w in weights], axis=1)
+    half = table.astype(np.float16)
+    if np.array_equal(half.astype(np.float64), table):
+        return [half.view(np.uint16)]
+    return [table]
+
+
+class ArcScorer:
+    """Arc potentials of one or more weight vectors over one extractor's features (``fused_arc_scores``).
+    Build it once per model: a read-only model's weights are laid out for the kernel here."""
+
+    def __init__(self, extractor: FeatureExtractor, weights: Sequence[np.ndarray],
+                 half_table: np.ndarray | None = None) -> None:
+        """``half_table`` (dim, len(weights)) uint16: the weights' float16 bits, interleaved, when the caller
+        has them (a model stored in float16; ``weights`` must be their float64 values)."""
+        if not weights or any(len(w) < extractor.dim for w in weights):
+            raise ValueError(f"weight vectors of at least {extractor.dim} entries are needed")
+        if half_table is not None and (half_table.dtype != np.uint16 or half_table.shape != (extractor.dim,
+                                                                                             len(weights))):
+            raise ValueError("half_table must be uint16 of shape (dim, number of weight vectors)")
+        self.extractor = extractor
+        self.sources = tuple(weights)
+        self.tables = [half_table] if half_table is not None else _weight_tables(weights, extractor.dim)
+        self.attrs, self.seeds, self.head, self.dep, self.contexts, self.between = _tables(extractor)
+        self.dep_seeds = np.full_like(self.seeds, _DEP_SEED)
+        self.tag_codes = hash_strings(list(UPOS_TAGS))
+
+    def serves(self, weights: Sequence[np.ndarray]) -> bool:
+        """Whether this scorer was built for these very arrays (and they cannot have changed since)."""
+        return len(weights) == len(self.sources) and all(
+            a is b and not a.flags.writeable for a, b in zip(weights, self.sources, strict=True))
+
+    def codes(self, sentences: Sequence[Tokens]) -> tuple[np.ndarray, np.ndarray]:
+        """Per word: the hash code of each attribute (B, n+1, A) and the UPOS index (B, n+1), -1 for none."""
+        b, n1 = len(sentences), len(sentences[0].forms) + 1
+        codes = np.empty((b, n1, len(self.attrs)), dtype=np.uint64)
+        for j, a in enumerate(self.attrs):
+            codes[:, :, j] = hash_strings([x for s in sentences for x in token_attribute(s, a)]).reshape(b, n1)
+        tag_index = {t: i for i, t in enumerate(UPOS_TAGS)}
+        tags = np.full((b, n1), -1, dtype=np.int64)
+        tags[:, 1:] = [[tag_index.get(t, -1) for t in s.upos] for s in sentences]
+        return codes, tags
+
+    def __call__(self, sentences: Sequence[Tokens]) -> list[np.ndarray]:
+        n = len(sentences[0].forms)
+        if any(len(s.forms) != n for s in sentences):
+            raise ValueError("ArcScorer takes a batch of sentences of one length")
+        codes, tags = self.codes(sentences)
+        heads = _halves(codes, self.seeds, self.head)
+        deps = _halves(codes, self.dep_seeds, self.dep)
+        dir_codes, dist_codes = _context_codes(n)
+        modulus = np.uint64(self.extractor.dim - 1)
+        out = []
+        for table in self.tables:
+            part = np.empty((table.shape[1], len(sentences), n + 1, n + 1))
+            _scores_kernel(heads, deps, self.contexts, self.between, dir_codes, dist_codes, tags, self.tag_codes,
+                           modulus, table, _HALF_VALUES, part)
+            out.extend(part)
+        return out
+
+
+def fused_arc_scores(extractor: FeatureExtractor, sentences: Sequence[Tokens],
+                     weights: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """For each weight vector (at least ``extractor.dim`` long), the arc potentials (B, n+1, n+1) that
+    ``arc_scores(w, extractor.extract(sentences))`` gives (to rounding), without the feature array."""
+    return ArcScorer(extractor, weights)(sentences)
