@@ -2,7 +2,7 @@
 
 Runs the CLI command in this process with a stopwatch around each stage's function (exclusive times: a
 stage nested in another is subtracted from it), and prints one table row per stage plus the whole
-command. Parses of the best tags and parses of the tag samples are counted apart, so the cost of the 16
+command. Parses of the best tags and parses of the copies under the tag samples are counted apart, so the cost of the 16
 samples shows on its own::
 
     OPENBLAS_NUM_THREADS=1 python bench/profile_stages.py --data ../shared/data/ud/en_ewt/en_ewt-ud-dev.conllu
@@ -109,17 +109,15 @@ def patched(watch: Stopwatch) -> Iterator[None]:
     tag_marginal = importlib.import_module("engine.decode.tag_marginal")
     original_over = tag_marginal.parse_over_tag_samples
 
-    def over(sentences: Any, samples: Any, parse: Callable[..., Any], *rest: Any, **kw: Any) -> Any:
-        first = [True]
-
-        def counted(batch: list[Any]) -> Any:
-            watch.sample_round = not first[0]
-            first[0] = False
+    def over(sentences: Any, samples: Any, parse: Callable[..., Any], constraint: Any, labeler: Any,
+             parse_unlabelled: Callable[..., Any] | None = None) -> Any:
+        def copies(batch: list[Any]) -> Any:
+            watch.sample_round = True
             try:
-                return parse(batch)
+                return (parse_unlabelled or parse)(batch)
             finally:
                 watch.sample_round = False
-        return original_over(sentences, samples, counted, *rest, **kw)
+        return original_over(sentences, samples, parse, constraint, labeler, copies)
 
     undo.append((tag_marginal, "parse_over_tag_samples", original_over))
     tag_marginal.parse_over_tag_samples = over

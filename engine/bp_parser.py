@@ -50,6 +50,14 @@ class BPParser:
     manifest: dict[str, Any] = field(default_factory=dict)
     decode_constraint: str | None = None  # None: TREE/PTREE as the model was trained
     _scorer: ArcScorer | None = field(default=None, repr=False, compare=False)
+    _half: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)  # (weights, f16)
+
+    def factor_weights(self) -> np.ndarray:
+        """The weights the factor graph reads: a loaded float16 model's stored values (the same numbers in a
+        quarter of the memory: the higher-order lookups stay in cache), else ``weights``."""
+        if self._half is not None and self._half[0] is self.weights:
+            return self._half[1]
+        return self.weights
 
     def link_and_prune_scores(self, sentences: Sequence[Any]) -> list[np.ndarray]:
         """Arc potentials (B, n+1, n+1) of a batch of one length under the weights and, if there is one,
@@ -108,7 +116,8 @@ class BPParser:
                     valid = prune_arcs(prune_marg[j], self.prune, keep)
                     if gold:
                         valid[sentences[i].heads[1:], np.arange(1, n1)] = True
-                graph = build_graph(sentences[i], valid, link[j], self.weights, self.templates,
+                graph = build_graph(sentences[i], valid, link[j], self.weights if gold else self.factor_weights(),
+                                    self.templates,
                                     constraint=self.graph_constraint, single_root=self.constraint.single_root,
                                     offset=self.extractor.dim)
                 if gold:
@@ -196,6 +205,7 @@ class BPParser:
         if all(v.dtype == np.float16 for v in stored_vectors):  # the kernel's table straight from the file's bits
             half = np.stack([v[: extractor.dim].view(np.uint16) for v in stored_vectors], axis=1)
             parser._scorer = ArcScorer(extractor, [w for w in (weights, pruner) if w is not None], half)
+            parser._half = (weights, stored.arrays["weights"])
         return parser
 
 

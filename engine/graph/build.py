@@ -57,12 +57,18 @@ def _gold_arcs(heads: np.ndarray) -> np.ndarray:
     return y
 
 
+def _weight_sums(weights: np.ndarray, feats: np.ndarray) -> np.ndarray:
+    """``weights[feats].sum(axis=1)`` in float64 whatever the weights' type (a model's float16 weights, 8 MB
+    for the shipped second-order block where float64 takes 32, give the same sums: each value is exact)."""
+    return np.asarray(weights[feats], dtype=np.float64).sum(axis=1)
+
+
 def _pair_terms(name: str, tokens: Tokens, n: int, valid: np.ndarray, weights: np.ndarray,
                 templates: Sequence[TripleTemplate], offset: int) -> SoftTerms:
     arcs = (grand_arcs if name == "grand" else sib_arcs)(n, valid)
     triples = np.stack([arcs[0], arcs[1], arcs[3]])  # GRAND (g, p, c); SIB (h, m, s)
     feats = extract_triples(tokens, templates, triples, len(weights) - offset) + offset
-    fam = PairFamily(n, valid, arcs, weights[feats].sum(axis=1), name)
+    fam = PairFamily(n, valid, arcs, _weight_sums(weights, feats), name)
 
     def gold(heads: np.ndarray) -> np.ndarray:
         y = _gold_arcs(heads)
@@ -105,7 +111,7 @@ def _childseq_terms(tokens: Tokens, n: int, valid: np.ndarray, weights: np.ndarr
     h, a, b = triples
     direction = side * 4 + (a == h) * 2 + (b == h)
     feats = extract_triples(tokens, templates, triples, len(weights) - offset, direction=direction) + offset
-    scores = weights[feats].sum(axis=1)
+    scores = _weight_sums(weights, feats)
     theta = np.zeros((2, n + 1, n + 1, n + 1))  # [left, right]
     theta[side, h, a, b] = scores
     fam = ChildSeq(n, valid, theta[1], theta[0])
@@ -128,7 +134,7 @@ def _nocross_terms(tokens: Tokens, n: int, valid: np.ndarray, weights: np.ndarra
     j, l = j[keep], l[keep]  # noqa: E741
     feats = extract_triples(tokens, templates, np.stack([j, l, j]), len(weights) - offset) + offset
     theta = np.zeros((n + 1, n + 1))
-    theta[j, l] = weights[feats].sum(axis=1)
+    theta[j, l] = _weight_sums(weights, feats)
     fam = NoCross(n, valid, theta)
 
     def gold(heads: np.ndarray) -> np.ndarray:
@@ -154,7 +160,8 @@ def build_graph(
 ) -> SentenceGraph:
     """Factor graph for one sentence; ``link_scores`` (n+1, n+1) are the first-order arc scores.
 
-    Higher-order features are hashed into ``weights[offset:]`` (their own block of the weights)."""
+    Higher-order features are hashed into ``weights[offset:]`` (their own block of the weights); the
+    weights may be float16 (a loaded model's stored values), their sums are float64."""
     if constraint not in CONSTRAINTS:
         raise ValueError(f"constraint must be one of {CONSTRAINTS}, got {constraint!r}")
     n = len(tokens.forms)

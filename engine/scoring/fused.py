@@ -71,7 +71,6 @@ def _scores_kernel(heads: np.ndarray, deps: np.ndarray, contexts: np.ndarray, be
     n_weights = out.shape[0]
     b_count, n1, t_count = heads.shape
     n_tags = len(tag_codes)
-    acc = np.zeros(n_weights)
     null = np.empty(n_weights)
     for w in range(n_weights):
         null[w] = _value(table[0, w], decode)
@@ -79,6 +78,9 @@ def _scores_kernel(heads: np.ndarray, deps: np.ndarray, contexts: np.ndarray, be
     for t in range(t_count):
         if between[t]:
             n_between += 1
+    # an arc's indices are hashed first and looked up after, in a loop of independent loads: the lookups
+    # are cache misses in a table of 16-64 MB, and this lets the processor have many in flight at once
+    index = np.empty(t_count * n_tags, dtype=np.int64)
     for s in range(b_count):
         for h in range(n1):
             for m in range(n1):
@@ -95,8 +97,7 @@ def _scores_kernel(heads: np.ndarray, deps: np.ndarray, contexts: np.ndarray, be
                 for k in range(n_tags):
                     if mask & (1 << k):
                         present += 1
-                for w in range(n_weights):
-                    acc[w] = null[w] * (n_between * (n_tags - present))
+                count = 0
                 for t in range(t_count):
                     arc = mix_pair(heads[s, h, t], deps[s, m, t])
                     if contexts[t] == 1:
@@ -106,15 +107,16 @@ def _scores_kernel(heads: np.ndarray, deps: np.ndarray, contexts: np.ndarray, be
                     if between[t]:
                         for k in range(n_tags):
                             if mask & (1 << k):
-                                idx = np.int64(mix_pair(arc, tag_codes[k]) % modulus) + 1
-                                for w in range(n_weights):
-                                    acc[w] += _value(table[idx, w], decode)
+                                index[count] = np.int64(mix_pair(arc, tag_codes[k]) % modulus) + 1
+                                count += 1
                     else:
-                        idx = np.int64(arc % modulus) + 1
-                        for w in range(n_weights):
-                            acc[w] += _value(table[idx, w], decode)
+                        index[count] = np.int64(arc % modulus) + 1
+                        count += 1
                 for w in range(n_weights):
-                    out[w, s, h, m] = acc[w]
+                    acc = null[w] * (n_between * (n_tags - present))  # the absent "between" slots
+                    for i in range(count):
+                        acc += _value(table[index[i], w], decode)
+                    out[w, s, h, m] = acc
 
 
 _HALF_VALUES = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64)
@@ -186,11 +188,23 @@ class ArcScorer:
             a is b and not a.flags.writeable for a, b in zip(weights, self.sources, strict=True))
 
     def codes(self, sentences: Sequence[Tokens]) -> tuple[np.ndarray, np.ndarray]:
-        """Per word: the hash code of each attribute (B, n+1, A) and the UPOS index (B, n+1), -1 for none."""
+        """Per word: the hash code of each attribute (B, n+1, A) and the UPOS index (B, n+1), -1 for none.
+        Sentences that share their list of forms (copies of one sentence under other tags) hash the
+        attributes of the forms once."""
         b, n1 = len(sentences), len(sentences[0].forms) + 1
         codes = np.empty((b, n1, len(self.attrs)), dtype=np.uint64)
-        for j, a in enumerate(self.attrs):
-            codes[:, :, j] = hash_strings([x for s in sentences for x in token_attribute(s, a)]).reshape(b, n1)
+        tagged = [j for j, a in enumerate(self.attrs) if a.split("_")[0] in ("upos", "xpos")]
+        worded = [j for j in range(len(self.attrs)) if j not in tagged]
+        seen: dict[int, np.ndarray] = {}
+        for i, s in enumerate(sentences):
+            words = seen.get(id(s.forms))
+            if words is None:
+                words = seen[id(s.forms)] = np.stack([hash_strings(token_attribute(s, self.attrs[j]))
+                                                      for j in worded], axis=1) if worded else np.empty((n1, 0))
+            codes[i][:, worded] = words
+        for j in tagged:
+            codes[:, :, j] = hash_strings([x for s in sentences for x in token_attribute(s, self.attrs[j])]).reshape(
+                b, n1)
         tag_index = {t: i for i, t in enumerate(UPOS_TAGS)}
         tags = np.full((b, n1), -1, dtype=np.int64)
         tags[:, 1:] = [[tag_index.get(t, -1) for t in s.upos] for s in sentences]
