@@ -34,6 +34,10 @@ class CountLabeler:
     full: dict[str, list[int]] = field(default_factory=dict)
     backoff: dict[str, list[int]] = field(default_factory=dict)
     prior: list[int] = field(default_factory=list)
+    # the distribution of each context seen so far (a function of the counts alone; reset by _smoothed when
+    # the counts are not the ones it was computed from)
+    _cache: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    _cache_key: tuple[int, int, int, int] = field(default=(0, 0, 0, 0), repr=False, compare=False)
 
     @classmethod
     def fit(cls, sentences: Iterable[Any]) -> CountLabeler:
@@ -59,19 +63,33 @@ class CountLabeler:
     def distribution(self, upos: Sequence[str], heads: np.ndarray) -> np.ndarray:
         """``p[m-1, l]``: probability of label ``labels[l]`` for word m's arc; rows sum to 1."""
         k = len(self.labels)
-        prior = np.asarray(self.prior, dtype=np.float64) + 0.5
-        prior /= prior.sum()
-        rows = []
-        for c_full, c_back in _contexts(upos, heads):
+        contexts = _contexts(upos, heads)
+        if not contexts:
+            return np.zeros((0, k))
+        return np.array([self._smoothed(c) for c in contexts]).reshape(len(contexts), k)
+
+    def _smoothed(self, context: tuple[str, str]) -> np.ndarray:
+        """The interpolated distribution of one (full, backoff) context, computed once per context."""
+        key = (id(self.full), id(self.backoff), id(self.prior), len(self.labels))
+        if key != self._cache_key:
+            self._cache.clear()
+            self._cache_key = key
+        p = self._cache.get(context)
+        if p is None:
+            k = len(self.labels)
+            prior = np.asarray(self.prior, dtype=np.float64) + 0.5
+            prior /= prior.sum()
             p = prior
-            for table, key in ((self.backoff, c_back), (self.full, c_full)):
-                counts = np.asarray(table.get(key, np.zeros(k)), dtype=np.float64)
+            c_full, c_back = context
+            for table, name in ((self.backoff, c_back), (self.full, c_full)):
+                counts = np.asarray(table.get(name, np.zeros(k)), dtype=np.float64)
                 total, types = counts.sum(), (counts > 0).sum()
                 if total > 0:
                     lam = total / (total + types)
                     p = lam * counts / total + (1 - lam) * p
-            rows.append(p)
-        return np.array(rows).reshape(len(rows), k)
+            p.flags.writeable = False
+            self._cache[context] = p
+        return p
 
     def predict(self, upos: Sequence[str], heads: np.ndarray) -> tuple[list[str], np.ndarray]:
         """Most probable label of each word's arc and its probability."""

@@ -71,12 +71,19 @@ def parse_over_tag_samples(
     A sentence without samples (e.g. tags given by the user) keeps its single parse; with no samples at all
     this is ``parse(sentences)``. ``parse`` maps a list
     of sentences to their parses (any inference); ``parse_unlabelled``, if given, is the same parse without
-    labels, used for the copies under the samples (only their marginals count: the labels come from the
-    averaged distributions). The result has no tree distribution (``distribution`` is None): k-best and
+    labels, used for the copies under the samples and the sentences that have samples (only their marginals
+    count: the labels come from the averaged distributions; the others are labelled as ``parse`` labels them,
+    ``label_arcs`` with ``labeler``). The result has no tree distribution (``distribution`` is None): k-best and
     sampled trees need the single-tagging parse."""
     if len(samples) != len(sentences):
         raise ValueError(f"{len(sentences)} sentences but {len(samples)} sample lists")
-    parsed = parse(list(sentences))
+    if parse_unlabelled is not None and any(samples):
+        parsed = parse_unlabelled(list(sentences))
+        for sentence, p, draws in zip(sentences, parsed, samples, strict=True):
+            if not draws:  # keeps this parse as it is: labelled here as ``parse`` would have
+                p.deprels, p.label_probs = label_arcs(labeler, sentence, p.heads)
+    else:
+        parsed = parse(list(sentences))
     total = [p.marginals.copy() for p in parsed]
     count = [1 + len(s) for s in samples]
     # a tag sequence drawn several times, or equal to the best one, is parsed once and weighted by its count
