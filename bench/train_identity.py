@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     bad = 0
     for name, (arrays, history) in results.items():
+        before = bad
         ref_dir = args.check / name
         ref = {p.name: np.load(p, allow_pickle=False) for p in sorted(ref_dir.glob("*.npy"))}
         if set(ref) != set(arrays):
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         if ref_history != json.loads(json.dumps(history)):
             print(f"{name}: training histories differ")
             bad += 1
-        print(f"{name}: {len(arrays)} arrays {'bitwise identical' if not bad else 'checked'}", flush=True)
+        print(f"{name}: {len(arrays)} arrays {'bitwise identical' if bad == before else 'checked'}", flush=True)
     print("all identical" if not bad else f"{bad} differences")
     return 1 if bad else 0
 
