@@ -11,6 +11,13 @@ first sentences of EWT train (best epoch chosen on a few dev sentences, so the d
 - ``o2-l2ar``: layer-wise L2 then annealed risk through BP (``training.erma``);
 - ``o1-seeds``: two seeds averaged, no dev set (the last epoch, and the loss as the epoch score).
 
+Saved models hold large arrays as float16 and the labeller rounds its trained weights to float16, which
+would hide a difference of an ulp in the float32/float64 training arithmetic. So during the runs the model
+store halves no array (``engine.model.store.HALF_MIN_SIZE`` raised) and ``engine.decode.loglinear_labeler``
+sees a numpy whose ``float16`` is ``float32`` (its module-global ``np``, a proxy): arrays are compared as
+trained. The parsers' weights are saved as float32, so their float64 training results are also taken as
+they come out of ``engine.training.seeds.train_seeds`` (``parser-run<k>.float64.npy``).
+
 ``--write DIR`` saves every array of every model directory (``*.npy``) and each training history (losses and
 dev scores, times left out) under ``DIR``; ``--check DIR`` trains again and compares: arrays bitwise (dtype,
 shape and bytes), histories exactly. Exit status 1 on any difference. DIR should be outside the repository
@@ -26,12 +33,18 @@ import argparse
 import json
 import sys
 import tempfile
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from engine.training.pipeline import TrainOptions, train_model
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's engine, not an installed one
+
+from engine.training.pipeline import TrainOptions, train_model  # noqa: E402
 
 UD = Path("/work/shared/data/ud/en_ewt")
 SMALL = {"dim": 1 << 14, "second_dim": 1 << 14, "epochs": 3, "batch_size": 8, "folds": 2}
@@ -70,6 +83,42 @@ def _history(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
+@contextmanager
+def _full_precision() -> Iterator[None]:
+    """Saved arrays as trained: no float16 in the model store nor in the labeller (see the module docstring)."""
+    from engine.decode import loglinear_labeler as labeller
+    from engine.model import store
+
+    proxy = types.ModuleType("numpy_without_float16")
+    proxy.__dict__.update(np.__dict__)
+    proxy.float16 = np.float32  # type: ignore[attr-defined]
+    saved = labeller.np, store.HALF_MIN_SIZE
+    labeller.np, store.HALF_MIN_SIZE = proxy, 1 << 62  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        labeller.np, store.HALF_MIN_SIZE = saved  # type: ignore[attr-defined]
+
+
+@contextmanager
+def _parser_weights(into: list[np.ndarray]) -> Iterator[None]:
+    """Collect the float64 weights of every ``train_seeds`` result (the pipeline imports it when it runs)."""
+    from engine.training import seeds
+
+    original = seeds.train_seeds
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        result, runs = original(*args, **kwargs)
+        into.append(np.array(result.weights, copy=True))
+        return result, runs
+
+    seeds.train_seeds = recording  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        seeds.train_seeds = original  # type: ignore[assignment]
+
+
 def train_all(work: Path) -> dict[str, tuple[dict[str, np.ndarray], list[dict[str, Any]]]]:
     """Train every run of ``RUNS``; its arrays by file name and its histories."""
     train = _sample(UD / "en_ewt-ud-train.conllu", work / "train.conllu", 40)
@@ -79,11 +128,17 @@ def train_all(work: Path) -> dict[str, tuple[dict[str, np.ndarray], list[dict[st
         settings = dict(settings)
         no_dev = settings.pop("no_dev", False)
         target = work / name
-        train_model(train, None if no_dev else dev, target, TrainOptions(**{**SMALL, **settings}), progress=False)
+        weights: list[np.ndarray] = []
+        with _parser_weights(weights):
+            train_model(train, None if no_dev else dev, target, TrainOptions(**{**SMALL, **settings}), progress=False)
         arrays = {p.name: np.load(p, allow_pickle=False) for p in sorted(target.glob("*.npy"))}
+        arrays.update({f"parser-run{k}.float64.npy": w for k, w in enumerate(weights)})
         manifest = json.loads((target / "manifest.json").read_text(encoding="utf-8"))
         out[name] = (arrays, _history(manifest))
         print(f"{name}: {len(arrays)} arrays, {len(out[name][1])} history entries", flush=True)
+    import engine
+
+    print(f"engine from {Path(engine.__file__).parent}")
     return out
 
 
@@ -97,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--write", type=Path, help="save the reference arrays and histories here")
     mode.add_argument("--check", type=Path, help="compare with the reference saved here")
     args = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, _full_precision():
         results = train_all(Path(tmp))
     if args.write:
         for name, (arrays, history) in results.items():
