@@ -1,5 +1,5 @@
 """The optimiser and the epoch loop that every trainer shares (AdaGrad, ``adagrad``; epochs, averaging, best
-epoch on dev, Ctrl-C, ``loop``).
+epoch on dev, Ctrl-C, ``loop``), and their settings (``settings``).
 
 Layering: this package sits at the bottom of the engine, beside ``engine.data``: it imports only numpy and
 tqdm, never another engine package, so that the trainers at every level can use it without an import that
@@ -9,6 +9,7 @@ log-linear labeller (``engine.decode``) and the parser trainers (``engine.traini
 """
 
 from engine.optim.adagrad import AdaGrad
-from engine.optim.loop import EpochLoop, LoopResult
+from engine.optim.loop import EpochLoop, LoopResult, dev_or_loss
+from engine.optim.settings import OptimSettings
 
-__all__ = ["AdaGrad", "EpochLoop", "LoopResult"]
+__all__ = ["AdaGrad", "EpochLoop", "LoopResult", "dev_or_loss", "OptimSettings"]

@@ -137,3 +137,14 @@ class EpochLoop:
         if score is not None and score > self.best_score:
             self.best = [c.copy() for c in current]
             self.best_score, self.best_epoch = score, self.epoch
+
+
+def dev_or_loss(dev_score: Callable[[np.ndarray], float] | None, loss_key: str = "loss") -> Evaluate:
+    """The parser trainers' ``evaluate``: ``dev_score`` of the epoch's (only) weight array, or without a dev
+    set the negated training loss, recorded as the entry's ``dev`` and returned as the epoch's score."""
+
+    def evaluate(current: Arrays, entry: dict[str, Any]) -> float:
+        entry["dev"] = dev_score(current[0]) if dev_score is not None else -entry[loss_key]
+        return entry["dev"]
+
+    return evaluate

@@ -44,7 +44,7 @@ from scipy import sparse
 
 from engine.data.batching import length_batches
 from engine.features.hashing import hash_string, hash_strings, mix
-from engine.optim import AdaGrad, EpochLoop
+from engine.optim import AdaGrad, EpochLoop, OptimSettings
 
 log = logging.getLogger(__name__)
 
@@ -442,23 +442,23 @@ class TagResult:
     samples: list[tuple[list[str], list[str]]] = field(default_factory=list)  # (UPOS, XPOS) draws from p(y | x)
 
 
-@dataclass(frozen=True)
-class TaggerConfig:
-    """Training settings (defaults tuned on EWT dev)."""
+@dataclass(frozen=True, kw_only=True)
+class TaggerConfig(OptimSettings):
+    """Training settings (defaults tuned on EWT dev): ``OptimSettings`` (the last epoch's iterate, not an
+    average, by default) and the feature vocabulary's count thresholds."""
 
     epochs: int = 5
     batch_size: int = 16
     learning_rate: float = 0.05
     l2: float = 1.0
-    feature_min_count: int = 2
-    tag_dict_min_count: int = 3
-    seed: int = 0
+    average: bool = False
+    feature_min_count: int = 2  # a feature code seen fewer times in training is dropped
+    tag_dict_min_count: int = 3  # a word enters the tag dictionaries from this many occurrences
 
     def __post_init__(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1 or self.feature_min_count < 1:
-            raise ValueError("epochs, batch_size and feature_min_count must be >= 1")
-        if self.learning_rate <= 0 or self.l2 < 0 or self.tag_dict_min_count < 1:
-            raise ValueError("learning_rate must be > 0, l2 >= 0, tag_dict_min_count >= 1")
+        super().__post_init__()
+        if self.feature_min_count < 1 or self.tag_dict_min_count < 1:
+            raise ValueError("feature_min_count and tag_dict_min_count must be >= 1")
 
 
 @dataclass
@@ -601,15 +601,20 @@ class Tagger:
             tok = offsets[idx][:, None] + np.arange(len(train[idx[0]].forms))
             return step(ids[tok], gold[tok], len(idx) / len(train))
 
-        def evaluate(_: Sequence[np.ndarray], entry: dict[str, Any]) -> float | None:
+        def evaluate(current: Sequence[np.ndarray], entry: dict[str, Any]) -> float | None:
             if dev is None:
                 return None
-            acc = tagger.accuracy(dev)
+            live = crf.arrays()
+            crf.upos_emission, crf.xpos_emission, crf.transition = current  # the epoch's mean with averaging
+            try:
+                acc = tagger.accuracy(dev)
+            finally:
+                crf.upos_emission, crf.xpos_emission, crf.transition = live
             entry.update(dev_upos=acc["upos"], dev_xpos=acc["xpos"])
             return (acc["upos"] + acc["xpos"]) / 2
 
         loop = EpochLoop(crf.arrays(), total_batches=config.epochs * len(batches), total_epochs=config.epochs,
-                         progress=progress, name="tagger ")
+                         average=config.average, progress=progress, name="tagger ")
         loop.run(config.epochs, lambda: rng.permutation(len(batches)), batch_step, evaluate, loss_key="nll",
                  per=len(train))
         out = loop.result()

@@ -32,7 +32,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,9 +45,9 @@ from engine.inference.exact import TreeConstraint, exact_marginals
 from engine.inference.tree_hessian import tree_hvp
 from engine.scoring.potentials import arc_scores, scatter_gradient
 from engine.training.cll import TrainingBatch, TrainResult, cll_objective, prepare_batches, usable_trees
-from engine.training.loop import EpochLoop
+from engine.training.loop import EpochLoop, dev_or_loss
 from engine.training.objectives import AnnealSchedule, annealed_risk, gold_indicators, l2_distance
-from engine.training.optim import AdaGrad
+from engine.training.optim import AdaGrad, OptimSettings
 from engine.training.surrogate import surrogate_gradient_terms
 
 log = logging.getLogger(__name__)
@@ -56,27 +56,24 @@ OBJECTIVES = ("cll", "l2", "ar", "l2+ar")
 
 
 @dataclass(frozen=True)
-class ErmaConfig:
-    """Settings of approximation-aware training, validated once."""
+class ErmaConfig(OptimSettings):
+    """Settings of approximation-aware training, validated once: the objective, then ``OptimSettings``' fields
+    (other defaults for ``epochs`` and ``learning_rate``) and the following ones, by keyword."""
 
     objective: str = "l2"
+    _: KW_ONLY
     epochs: int = 5
-    batch_size: int = 32
     learning_rate: float = 0.05
-    l2: float = 10.0
-    seed: int = 0
-    average: bool = True
     anneal: AnnealSchedule = field(default_factory=AnnealSchedule)
     l2_epochs: int | None = None  # l2+ar: epochs of L2 before the annealed risk (None: half, rounded up)
     delta: float = 1e-8  # AdaGrad's H = delta + sqrt(sum of squared gradients)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
-        if self.epochs < 1 or self.batch_size < 1:
-            raise ValueError("epochs and batch_size must be at least 1")
-        if self.learning_rate <= 0 or self.l2 < 0 or self.delta <= 0:
-            raise ValueError("learning_rate and delta must be > 0 and l2 >= 0")
+        if self.delta <= 0:
+            raise ValueError("delta must be > 0")
         if self.objective == "l2+ar" and self.epochs < 2:
             raise ValueError("l2+ar needs at least 2 epochs (L2 first, then annealed risk)")
         if self.l2_epochs is not None and not 1 <= self.l2_epochs < self.epochs:
@@ -211,8 +208,7 @@ def _optimise(w: np.ndarray, batch_gradient: BatchGradient, sizes: Sequence[int]
                      steps: int = steps, first_epoch: int = first_epoch) -> float:
             if objective == "ar":  # the temperature reached at the end of this epoch
                 entry["temperature"] = config.anneal.at((entry["epoch"] - first_epoch) * len(sizes) - 1, steps)
-            entry["dev"] = dev_score(current[0]) if dev_score is not None else -entry["loss"]
-            return entry["dev"]
+            return dev_or_loss(dev_score)(current, entry)
 
         if not loop.run(epochs, lambda: rng.permutation(len(sizes)), step, evaluate, per=n_sent,
                         fields={"objective": objective}, note=objective):

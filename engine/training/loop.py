@@ -5,6 +5,6 @@ It lives at the bottom of the engine so that the tagger (``engine.text``) and th
 import it from here.
 """
 
-from engine.optim.loop import EpochLoop, LoopResult
+from engine.optim.loop import EpochLoop, LoopResult, dev_or_loss
 
-__all__ = ["EpochLoop", "LoopResult"]
+__all__ = ["EpochLoop", "LoopResult", "dev_or_loss"]

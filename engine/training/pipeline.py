@@ -196,8 +196,9 @@ def erma_config(options: TrainOptions) -> Any:
     from engine.training.erma import ErmaConfig
     from engine.training.objectives import AnnealSchedule
 
-    return ErmaConfig(options.objective, options.epochs, options.batch_size, options.effective_learning_rate,
-                      options.l2, options.seed, options.average, AnnealSchedule(*options.anneal))
+    return ErmaConfig(options.objective, epochs=options.epochs, batch_size=options.batch_size,
+                      learning_rate=options.effective_learning_rate, l2=options.l2, seed=options.seed,
+                      average=options.average, anneal=AnnealSchedule(*options.anneal))
 
 
 def train_model(
@@ -239,8 +240,9 @@ def train_model(
     order = options.order
     report = _Progress(on_progress, _spans(order, pruner_path is None, options.components))
     report("loading")
-    config = TrainConfig(options.epochs, options.batch_size, options.effective_learning_rate, options.l2,
-                         options.seed, options.average)
+    config = TrainConfig(epochs=options.epochs, batch_size=options.batch_size,
+                         learning_rate=options.effective_learning_rate, l2=options.l2, seed=options.seed,
+                         average=options.average)
     constraint = TreeConstraint(options.tree, options.root)
     families = list(options.factors) if order == 2 else []
     train = read_conllu(train_path)
@@ -307,7 +309,8 @@ def train_model(
                 return train_erma_exact(extractor, constraint, train, replace(erma_config(options), seed=seed),
                                         dev_uas_first if dev else None, progress, on_batch)
             return train_cll(extractor, constraint, train, replace(config, seed=seed) if order == 1 else
-                             TrainConfig(8, options.batch_size, 0.2, options.l2, seed),
+                             TrainConfig(epochs=8, batch_size=options.batch_size, learning_rate=0.2,
+                                         l2=options.l2, seed=seed),
                              dev_uas_first if dev else None, progress, on_batch)
 
         # a first-order model is the mean of --seeds runs; a pruner for order 2 is one run

@@ -24,7 +24,7 @@ from engine.data.batching import length_batches
 from engine.graph.build import SentenceGraph
 from engine.inference.bp import BPConfig, BPResult, run_bp, run_bp_many
 from engine.training.cll import TrainConfig, TrainResult, usable_trees
-from engine.training.loop import EpochLoop
+from engine.training.loop import EpochLoop, dev_or_loss
 from engine.training.optim import AdaGrad
 
 
@@ -65,11 +65,8 @@ def train_surrogate(
     progress: bool = True,
     on_batch: Callable[[int, int], None] | None = None,
 ) -> TrainResult:
-    """Train ``parser.weights`` in place from its current value; returns the best (averaged) weights.
-
-    ``on_batch(done, total)`` is called after every batch with the number of batches done so far and the
-    total over all epochs. An exception it raises propagates (unlike Ctrl-C, it does not keep a model).
-    """
+    """Train ``parser.weights`` in place from its current value; returns the best (averaged) weights, also
+    left in ``parser``. ``dev_score``, ``progress`` and ``on_batch`` as for ``train_cll``."""
     start = time.perf_counter()
     keep, skipped = usable_trees(train, parser.constraint)
     sents = [train[i] for i in keep]
@@ -96,11 +93,8 @@ def train_surrogate(
         opt.step(w, grad, config.l2 * (len(batch) / len(sents)))
         return losses  # the loop adds them one by one, in order
 
-    def evaluate(current: Sequence[np.ndarray], entry: dict[str, Any]) -> float:
-        entry["dev"] = dev_score(current[0]) if dev_score is not None else -entry["loss"]
-        return entry["dev"]
-
-    loop.run(config.epochs, lambda: rng.permutation(len(groups)), step, evaluate, per=max(len(sents), 1))
+    loop.run(config.epochs, lambda: rng.permutation(len(groups)), step, dev_or_loss(dev_score),
+             per=max(len(sents), 1))
     out = loop.result()
     parser.weights = out.params[0]
     return TrainResult(out.params[0], out.best_epoch, out.history, out.interrupted, skipped,
