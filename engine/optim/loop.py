@@ -114,11 +114,11 @@ class EpochLoop:
                    disable=not self.progress, leave=False)
         for batch in bar:
             loss = step(batch)
-            if isinstance(loss, (list, tuple)):
+            if isinstance(loss, int | float):  # numpy floats too
+                total += loss
+            else:
                 for term in loss:
                     total += term
-            else:
-                total += loss
             for s, p in zip(self.sums or (), self.params, strict=False):
                 s += p
             self.steps += 1
@@ -139,7 +139,8 @@ class EpochLoop:
             self.best_score, self.best_epoch = score, self.epoch
 
 
-def dev_or_loss(dev_score: Callable[[np.ndarray], float] | None, loss_key: str = "loss") -> Evaluate:
+def dev_or_loss(dev_score: Callable[[np.ndarray], float] | None,
+                loss_key: str = "loss") -> Callable[[Arrays, dict[str, Any]], float]:
     """The parser trainers' ``evaluate``: ``dev_score`` of the epoch's (only) weight array, or without a dev
     set the negated training loss, recorded as the entry's ``dev`` and returned as the epoch's score."""
 

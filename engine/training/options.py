@@ -222,8 +222,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, default=",".join(map(str, default)), metavar=spec.metavar,
                                 help=spec.help + ("" if spec.metavar else " (comma-separated)"))
         else:
-            parser.add_argument(flag, type=None if scalar is str else scalar, default=default, metavar=spec.metavar,
-                                help=spec.help, choices=list(spec.choices) if spec.choices else None)
+            convert: Any = None if scalar is str else scalar
+            parser.add_argument(flag, type=convert, default=default, metavar=spec.metavar, help=spec.help,
+                                choices=list(spec.choices) if spec.choices else None)
 
 
 def from_arguments(args: argparse.Namespace) -> TrainOptions:

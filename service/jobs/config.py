@@ -49,7 +49,7 @@ class JobConfigBase(BaseModel):
 
     def to_options(self) -> TrainOptions:
         """The engine's training options for this config."""
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in self.model_dump().items()}
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in self.model_dump().items()}
         return TrainOptions(**values)
 
 
