@@ -84,10 +84,12 @@ def first_order(train: list, dev: list, objective: str, args: argparse.Namespace
         return uas(parser, dev)
 
     if objective == "cll":
-        result = train_cll(extractor, TreeConstraint(), train, TrainConfig(epochs, 32, learning_rate, args.l2),
+        result = train_cll(extractor, TreeConstraint(), train, TrainConfig(epochs=epochs, batch_size=32,
+                                                                       learning_rate=learning_rate, l2=args.l2),
                            dev_uas, progress=False)
     else:
-        config = ErmaConfig(objective, epochs, 32, learning_rate, args.l2, anneal=AnnealSchedule(*args.anneal))
+        config = ErmaConfig(objective, epochs=epochs, batch_size=32, learning_rate=learning_rate, l2=args.l2,
+                            anneal=AnnealSchedule(*args.anneal))
         result = train_erma_exact(extractor, TreeConstraint(), train, config, dev_uas, progress=False)
     parser.weights = result.weights
     return parser, {"dev_uas": max(h["dev"] for h in result.history), "best_epoch": result.best_epoch,
@@ -110,7 +112,8 @@ def second_order(pruner: FirstOrderParser, train: list, dev: list, objective: st
         finally:
             model.weights = saved
 
-    config = ErmaConfig(objective, args.epochs, 32, lr, args.l2, anneal=AnnealSchedule(*args.anneal))
+    config = ErmaConfig(objective, epochs=args.epochs, batch_size=32, learning_rate=lr, l2=args.l2,
+                        anneal=AnnealSchedule(*args.anneal))
     result = train_erma(model, train, config, bp, dev_uas, progress=False)
     return model, {"dev_uas": max(h["dev"] for h in result.history), "best_epoch": result.best_epoch,
                    "seconds": round(result.seconds, 1), "history": [round(h["dev"], 2) for h in result.history]}

@@ -19,6 +19,7 @@ import numpy as np
 from engine.data.conllu_io import ConlluError, format_sentence, read_conllu, write_conllu
 from engine.decode.labeler import label_arcs
 from engine.model.store import ModelError
+from engine.training import options as train_options
 from engine.training.pipeline import check_parsable
 
 log = logging.getLogger("engine")
@@ -29,46 +30,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--train", required=True, help="training treebank (CoNLL-U)")
     p.add_argument("--dev", help="development treebank for choosing the best epoch (CoNLL-U)")
     p.add_argument("--out", required=True, help="model directory to write")
-    p.add_argument("--tree", choices=["nonprojective", "projective"], default="nonprojective")
-    p.add_argument("--root", choices=["single", "multi"], default="single")
-    p.add_argument("--epochs", type=int, default=8)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--learning-rate", type=float, help="AdaGrad step (default 0.2 first-order, 0.05 BP)")
-    p.add_argument("--l2", type=float, default=10.0, help="L2 regularisation strength")
-    p.add_argument("--dim", type=int, default=1 << 22, help="number of hashed feature buckets")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--seeds", type=int, default=1, metavar="N",
-                   help="train the parser N times (seeds --seed .. --seed + N - 1, each with its best epoch on --dev) "
-                   "and keep the mean of their weights; N times the parser's training time (one pruner for all)")
-    p.add_argument("--no-average", action="store_true", help="keep the last iterate instead of the average")
-    p.add_argument("--max-sentences", type=int, help="use only the first N training sentences")
-    p.add_argument("--name", help="model name recorded in the manifest (default: the directory name)")
+    train_options.add_arguments(p)  # one flag per TrainOptions field (engine.training.options)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("--order", type=int, choices=[1, 2], default=1,
-                   help="1: first-order CLL with exact inference; 2: BP with higher-order factors")
-    p.add_argument("--factors", default="grand,sib", help="higher-order factor families for --order 2")
     p.add_argument("--pruner", help="first-order model for arc pruning and warm start (--order 2); "
                    "default: train one first")
-    p.add_argument("--bp-iterations", type=int, default=3, help="BP iterations during training (--order 2)")
-    p.add_argument("--second-dim", type=int, default=1 << 21, help="hashed buckets for higher-order features")
-    p.add_argument("--components", default="tokenizer,tagger,parser,labeler",
-                   help="what to train (the parser always): tokenizer, tagger (the parser and labeler then train "
-                   "on jackknifed predicted tags), parser, labeler (log-linear; else count-based labels)")
-    p.add_argument("--labeler-tag-samples", type=int, metavar="K",
-                   help="the labeler also trains on K copies of each training sentence under tag sequences drawn "
-                   "from its jackknife fold tagger's posterior, as the labels are averaged over tag samples at "
-                   "parse time (default: 1 with the tagger and labeler, else 0)")
-    p.add_argument("--folds", type=int, default=5,
-                   help="jackknifing folds for predicted training tags and the labeler's first-stage labels")
-    p.add_argument("--objective", choices=["cll", "l2", "ar", "l2+ar"], default="cll",
-                   help="cll (exact, or surrogate under BP), or approximation-aware training through --bp-iterations "
-                   "BP iterations (--order 2) or exact marginals (--order 1): l2 = L2 distance of beliefs to the "
-                   "gold tree, ar = annealed risk, l2+ar = L2 then annealed risk (Gormley et al. 2015)")
-    p.add_argument("--anneal", default="1.0,0.1", metavar="T0,T1",
-                   help="annealed-risk temperature, linear from T0 to T1 over the AR steps")
-    p.add_argument("--tag-samples", type=int, default=0, metavar="K",
-                   help="the model's default --tag-samples for parse, evaluate and the service (needs the tagger; "
-                   "the dev scores are then measured with it too)")
 
 
 def _add_model_io(p: argparse.ArgumentParser) -> None:
@@ -196,29 +161,14 @@ def _load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
     return pipeline, lambda sentences, labels=True: model.parse(sentences, config, args.batch_size, labels)
 
 
-def _temperatures(text: str) -> tuple[float, float]:
-    try:
-        start, end = (float(t) for t in text.split(","))
-    except ValueError:
-        raise UsageError(f"--anneal must be two temperatures T0,T1 (e.g. 1.0,0.1), got {text!r}") from None
-    return start, end
-
-
 def cmd_train(args: argparse.Namespace) -> int:
-    from engine.training.pipeline import TrainOptions, TrainOptionsError, train_model
+    from engine.training.pipeline import train_model
 
     try:
-        options = TrainOptions(
-            order=args.order, tree=args.tree, root=args.root, epochs=args.epochs, batch_size=args.batch_size,
-            learning_rate=args.learning_rate, l2=args.l2, dim=args.dim, seed=args.seed, average=not args.no_average,
-            max_sentences=args.max_sentences or None, factors=tuple(f for f in args.factors.split(",") if f),
-            bp_iterations=args.bp_iterations, second_dim=args.second_dim, name=args.name,
-            components=tuple(c for c in args.components.split(",") if c), folds=args.folds,
-            objective=args.objective, anneal=_temperatures(args.anneal), tag_samples=args.tag_samples,
-            seeds=args.seeds, labeler_tag_samples=args.labeler_tag_samples)
+        options = train_options.from_arguments(args)
         summary = train_model(args.train, args.dev, args.out, options, pruner_path=args.pruner,
                               progress=not args.quiet)
-    except TrainOptionsError as e:
+    except train_options.TrainOptionsError as e:
         raise UsageError(str(e)) from e
     print(json.dumps(summary, indent=2))
     return 130 if summary["interrupted"] else 0

@@ -17,6 +17,20 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 """A model name: letters, digits, ``.``, ``_``, ``-`` (no path separators, no leading dot)."""
 
+JOB_LIMITS: dict[str, dict[str, int]] = {
+    "epochs": {"le": 50},
+    "batch_size": {"le": 512},
+    "dim": {"ge": 1 << 10, "le": 1 << 24},  # several float64 arrays of this size per job
+    "second_dim": {"ge": 1 << 10, "le": 1 << 24},
+    "seed": {"le": 2**32 - 1},
+    "seeds": {"le": 10},
+    "bp_iterations": {"le": 20},
+    "tag_samples": {"le": 16},  # as many as one parsing request may ask for (service.schemas)
+}
+"""Bounds of a training job's options (``POST /jobs``) where the service is stricter than the engine (whose
+own bounds, e.g. up to 100 tag samples, are declared with the options in ``engine.training.options``): a job
+runs on a shared node, so its size is capped. ``service.jobs.config.JobConfig`` applies them."""
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PARSER_", extra="ignore", frozen=True)

@@ -20,7 +20,6 @@ from engine.inference.exact import TreeConstraint, exact_marginals
 from engine.scoring.potentials import arc_scores
 from engine.training.cll import TrainingBatch, cll_objective
 from engine.training.erma import (
-    AdaGradCMD,
     ErmaConfig,
     bp_gradient_terms,
     exact_objective,
@@ -29,6 +28,7 @@ from engine.training.erma import (
     tree_log_likelihood,
 )
 from engine.training.objectives import AnnealSchedule, annealed_risk, gold_indicators, l2_distance
+from engine.training.optim import AdaGrad
 
 FIRST = (ArcTemplate(("upos",), ("upos",), "dist"), ArcTemplate(("form",), ("upos",), "dir"))
 DIM1, DIM2 = 48, 48  # small hashed blocks: every weight is used, so every weight is checked
@@ -203,17 +203,17 @@ def test_adagrad_composite_step_solves_its_proximal_problem() -> None:
     """w' = argmin eta g.w + eta l2/2 |w|^2 + 1/2 (w - w0)' H (w - w0), H = delta + sqrt(sum g^2)."""
     rng = np.random.default_rng(0)
     w0 = rng.normal(size=20)
-    opt = AdaGradCMD(20, 0.3)
+    opt = AdaGrad(20, 0.3)
     g1, g2 = rng.normal(size=(2, 20))
     w = w0.copy()
-    opt.step(w, g1, 0.5)
+    opt.step_composite(w, g1, 0.5)
     h = 1e-8 + np.abs(g1)
     np.testing.assert_allclose(0.3 * g1 + 0.3 * 0.5 * w + h * (w - w0), 0.0, atol=1e-12)
     w_prev = w.copy()
-    opt.step(w, g2, 0.0)  # no regulariser: plain AdaGrad
+    opt.step_composite(w, g2, 0.0)  # no regulariser: plain AdaGrad
     np.testing.assert_allclose(w, w_prev - 0.3 * g2 / (1e-8 + np.sqrt(g1 ** 2 + g2 ** 2)))
     untouched = w.copy()
-    opt.step(w, np.zeros(20), 1.0)  # no gradient: only the L2 shrinkage
+    opt.step_composite(w, np.zeros(20), 1.0)  # no gradient: only the L2 shrinkage
     np.testing.assert_allclose(w, untouched * opt.g2 ** 0.5 / (opt.g2 ** 0.5 + 0.3), rtol=1e-6)
 
 

@@ -172,6 +172,21 @@ def test_job_config() -> None:
     assert all("description" in field for field in schema["properties"].values())
 
 
+def test_job_config_fields_are_the_engine_options_within_the_service_limits() -> None:
+    """Every job option is a ``TrainOptions`` field with its default; bounds are the engine's, narrowed by
+    ``JOB_LIMITS`` (so a job never gets more tag samples than a request may ask for)."""
+    from engine.training import options as train_options
+    from service.settings import JOB_LIMITS
+
+    declared = {name for name, spec in train_options.specs().items() if spec.job}
+    assert set(JobConfig.model_fields) == declared | {"name"} and set(JOB_LIMITS) <= declared
+    assert JobConfig().to_options() == train_options.TrainOptions(name="custom")
+    schema = JobConfig.model_json_schema()["properties"]
+    assert schema["tag_samples"]["maximum"] == JOB_LIMITS["tag_samples"]["le"] < train_options.MAX_TAG_SAMPLES
+    assert schema["labeler_tag_samples"]["anyOf"][0]["maximum"] == train_options.MAX_LABELER_TAG_SAMPLES
+    assert schema["learning_rate"]["anyOf"][0]["exclusiveMinimum"] == 0
+
+
 # -- child-process targets (module level, so a spawned child can import them) --------------------
 def _exploding_train(train_path: str, dev_path: str | None, out_dir: Path, options: Any, **kw: Any) -> dict:
     report = kw.pop("on_progress")

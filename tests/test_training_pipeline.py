@@ -32,7 +32,7 @@ def toy(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("bad, message", [
-    ({"order": 3}, "order must be 1 or 2"),
+    ({"order": 3}, "order must be one of 1, 2"),
     ({"tree": "planar"}, "tree must be one of"),
     ({"root": "none"}, "root must be one of"),
     ({"epochs": 0}, "epochs must be an integer of at least 1"),
@@ -193,3 +193,26 @@ def test_seeds_interrupted_keep_the_runs_done() -> None:
     assert train_seeds(run, [5]) == (done, [])
     with pytest.raises(ValueError):
         train_seeds(run, [])
+
+
+def test_cli_flags_come_from_the_option_declarations() -> None:
+    """One flag per option, with the option's default; comma lists, ``--no-average``, ``--max-sentences 0``."""
+    import argparse
+    from dataclasses import fields
+
+    from engine.training import options as train_options
+
+    parser = argparse.ArgumentParser()
+    train_options.add_arguments(parser)
+    flags = {a.dest: a.option_strings for a in parser._actions if a.dest != "help"}
+    assert set(flags) == {f.name for f in fields(TrainOptions)} and flags["average"] == ["--no-average"]
+    assert train_options.from_arguments(parser.parse_args([])) == TrainOptions()
+    options = train_options.from_arguments(parser.parse_args(
+        ["--no-average", "--max-sentences", "0", "--factors", "sib,grand", "--anneal", "2,0.5", "--order", "2",
+         "--components", "parser,labeler", "--learning-rate", "0.1"]))
+    assert options == TrainOptions(average=False, max_sentences=None, factors=("sib", "grand"), anneal=(2.0, 0.5),
+                                   order=2, components=("parser", "labeler"), learning_rate=0.1)
+    with pytest.raises(TrainOptionsError, match="--anneal must be T0,T1"):
+        train_options.from_arguments(parser.parse_args(["--anneal", "hot,cold"]))
+    with pytest.raises(TrainOptionsError, match="seed must be an integer of at least 0"):
+        train_options.from_arguments(parser.parse_args(["--seed", "-1"]))

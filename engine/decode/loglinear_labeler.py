@@ -49,9 +49,9 @@ from typing import Any, Protocol
 
 import numpy as np
 from scipy import sparse
-from tqdm import tqdm
 
 from engine.features.hashing import hash_string, hash_strings
+from engine.optim import AdaGrad, EpochLoop
 
 log = logging.getLogger(__name__)
 
@@ -576,30 +576,29 @@ class LogLinearLabeler:
         dx, dy = encode(dev_data, None) if dev_data else (None, None)
         log.info("labeller: %d training arcs, %d labels, %d templates, %d buckets (features in %.1f s)",
                  len(y), len(labels), len(model.templates), buckets, time.perf_counter() - start)
-        squares = np.zeros_like(weights)
-        best_acc, best_weights, best_epoch, history = -1.0, weights, 0, []
         n = len(y)
-        for epoch in range(1, epochs + 1):
+        opt = AdaGrad.like(weights, learning_rate, round_steps=True)  # float32 sums, steps rounded to float32
+
+        def step(sel: np.ndarray) -> float:
+            loss, rows, grad = loss_and_gradient(weights, x[sel], y[sel], l2)
+            opt.step_rows(weights, rows, grad)
+            return loss * len(sel)
+
+        def evaluate(current: Sequence[np.ndarray], record: dict[str, Any]) -> float | None:
+            if dx is None:
+                return None
+            record["dev_label_accuracy"] = float((label_scores(current[0], dx).argmax(axis=1) == dy).mean() * 100)
+            return record["dev_label_accuracy"]
+
+        def shuffled() -> list[np.ndarray]:
             order = rng.permutation(n)
-            total_loss = 0.0
-            batches = range(0, n, batch_size)
-            for lo in tqdm(batches, desc=f"labeller epoch {epoch}", disable=not progress, leave=False):
-                sel = order[lo:lo + batch_size]
-                loss, rows, grad = loss_and_gradient(weights, x[sel], y[sel], l2)
-                total_loss += loss * len(sel)
-                sq = squares[rows] + (grad * grad).astype(np.float32)
-                squares[rows] = sq
-                weights[rows] -= (learning_rate * grad / (np.sqrt(sq) + 1e-8)).astype(np.float32)
-            record: dict[str, float] = {"epoch": epoch, "loss": total_loss / n}
-            if dx is not None:
-                acc = float((label_scores(weights, dx).argmax(axis=1) == dy).mean() * 100)
-                record["dev_label_accuracy"] = acc
-                if acc > best_acc:
-                    best_acc, best_weights, best_epoch = acc, weights.copy(), epoch
-            history.append(record)
-            log.info("labeller epoch %d: %s", epoch, record)
-        if dx is None:
-            best_weights, best_epoch = weights, epochs
+            return [order[lo:lo + batch_size] for lo in range(0, n, batch_size)]
+
+        loop = EpochLoop([weights], total_batches=epochs * -(-n // batch_size), total_epochs=epochs,
+                         progress=progress, name="labeller ")
+        loop.run(epochs, shuffled, step, evaluate, per=n)
+        out = loop.result()
+        best_weights, best_epoch, history = out.params[0], out.best_epoch, out.history
         best_weights = best_weights.astype(np.float16).astype(np.float32)  # stored as float16, exactly
         info = {"epochs": epochs, "best_epoch": best_epoch, "history": history, "learning_rate": learning_rate,
                 "l2": l2, "batch_size": batch_size, "seed": seed, "train_arcs": int(n),

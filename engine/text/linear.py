@@ -4,7 +4,7 @@ Every example has the same number ``F`` of features (one key per template), so a
 ``(N, F)`` uint64 key matrix. Keys seen fewer than ``min_count`` times in training share one
 "rare" row; the others get their own row of ``K`` class weights (a sorted key table, looked up by
 binary search), so there are no hash collisions. Training minimises the mean cross-entropy with
-AdaGrad (Duchi, Hazan & Singer 2011) on shuffled mini-batches; the gradient of a batch touches only
+AdaGrad (Duchi, Hazan & Singer 2011; ``engine.optim``) on shuffled mini-batches; the gradient of a batch touches only
 the rows of its keys (``np.unique`` + ``np.bincount``), and the returned weights are the average of
 the iterates over the last epoch (Polyak-Ruppert averaging, applied lazily per row).
 """
@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from tqdm import tqdm
+
+from engine.optim import AdaGrad, EpochLoop
 
 log = logging.getLogger(__name__)
 
@@ -99,45 +100,47 @@ class HashedLogLinear:
         del inverse
         log.info("%s: %d examples, %d templates, %d features kept of %d", desc, n, f, d, len(uniq))
         w = np.zeros((d + 1, n_classes), dtype=np.float64)
-        g2 = np.full((d + 1, n_classes), 1e-8)
+        opt = AdaGrad(w.shape, learning_rate, delta=0.0, initial=1e-8)  # w -= eta g / sqrt(1e-8 + G)
         avg = np.zeros_like(w)  # sum of iterates over the last epoch, updated lazily
         stamp = np.zeros(d + 1, dtype=np.int64)  # step at which avg[row] was last brought up to date
         rng = np.random.default_rng(seed)
-        model = cls(keys, w.astype(np.float32))
-        for epoch in range(1, epochs + 1):
-            order = rng.permutation(n)
-            batches = range(0, n, batch_size)
-            last = epoch == epochs
-            if last:
-                step0 = 0
-                stamp[:] = 0
-                avg[:] = 0
-            step = 0
-            for a in tqdm(batches, desc=f"{desc} epoch {epoch}/{epochs}", unit="batch", disable=not progress,
-                          leave=False):
-                idx = order[a:a + batch_size]
-                rows = x[idx]
-                p = softmax(w[rows].sum(axis=1))
-                p[np.arange(len(idx)), labels[idx]] -= 1.0
-                p /= len(idx)
-                touched, where = np.unique(rows.ravel(), return_inverse=True)
-                grad = np.stack([np.bincount(where, weights=np.repeat(p[:, k], f), minlength=len(touched))
-                                 for k in range(n_classes)], axis=1)
-                if last:  # rows untouched since their stamp kept their value for (step - stamp) steps
-                    avg[touched] += w[touched] * (step - stamp[touched])[:, None]
-                    stamp[touched] = step
-                g2[touched] += grad * grad
-                w[touched] -= learning_rate * grad / np.sqrt(g2[touched])
-                step += 1
-            if last:
-                avg += w * (step - stamp)[:, None]
-                w_out = avg / max(step - step0, 1)
-            else:
-                w_out = w
-            model = cls(keys, w_out.astype(np.float32))
+        models: list[HashedLogLinear] = []
+
+        def step(idx: np.ndarray, averaging: bool) -> float:
+            rows = x[idx]
+            p = softmax(w[rows].sum(axis=1))
+            loss = float(-np.log(np.maximum(p[np.arange(len(idx)), labels[idx]], 1e-300)).sum())
+            p[np.arange(len(idx)), labels[idx]] -= 1.0
+            p /= len(idx)
+            touched, where = np.unique(rows.ravel(), return_inverse=True)
+            grad = np.stack([np.bincount(where, weights=np.repeat(p[:, k], f), minlength=len(touched))
+                             for k in range(n_classes)], axis=1)
+            if averaging:  # rows untouched since their stamp kept their value for (step - stamp) steps
+                avg[touched] += w[touched] * (loop.steps - stamp[touched])[:, None]
+                stamp[touched] = loop.steps
+            opt.step_rows(w, touched, grad)
+            return loss
+
+        def evaluate(averaging: bool) -> None:
+            w_out = w
+            if averaging:
+                avg[:] += w * (loop.steps - stamp)[:, None]
+                w_out = avg / max(loop.steps, 1)
+            models.append(cls(keys, w_out.astype(np.float32)))
             if on_epoch is not None:
-                on_epoch(epoch, model)
-        return model
+                on_epoch(loop.epoch, models[-1])
+
+        def shuffled() -> list[np.ndarray]:
+            order = rng.permutation(n)
+            return [order[a:a + batch_size] for a in range(0, n, batch_size)]
+
+        # the iterates of the last epoch are averaged (lazily per row, hence not by the loop's dense averaging)
+        loop = EpochLoop([w], total_batches=epochs * -(-n // batch_size), total_epochs=epochs, progress=progress,
+                         name=f"{desc} ")
+        loop.run(max(epochs - 1, 0), shuffled, lambda idx: step(idx, False), lambda _, __: evaluate(False), per=n)
+        if epochs > 0:
+            loop.run(1, shuffled, lambda idx: step(idx, True), lambda _, __: evaluate(True), per=n)
+        return models[-1] if models else cls(keys, w.astype(np.float32))
 
 
 def _build_table(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

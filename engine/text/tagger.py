@@ -41,10 +41,10 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 from scipy import sparse
-from tqdm import tqdm
 
 from engine.data.batching import length_batches
 from engine.features.hashing import hash_string, hash_strings, mix
+from engine.optim import AdaGrad, EpochLoop, OptimSettings
 
 log = logging.getLogger(__name__)
 
@@ -442,23 +442,23 @@ class TagResult:
     samples: list[tuple[list[str], list[str]]] = field(default_factory=list)  # (UPOS, XPOS) draws from p(y | x)
 
 
-@dataclass(frozen=True)
-class TaggerConfig:
-    """Training settings (defaults tuned on EWT dev)."""
+@dataclass(frozen=True, kw_only=True)
+class TaggerConfig(OptimSettings):
+    """Training settings (defaults tuned on EWT dev): ``OptimSettings`` (the last epoch's iterate, not an
+    average, by default) and the feature vocabulary's count thresholds."""
 
     epochs: int = 5
     batch_size: int = 16
     learning_rate: float = 0.05
     l2: float = 1.0
-    feature_min_count: int = 2
-    tag_dict_min_count: int = 3
-    seed: int = 0
+    average: bool = False
+    feature_min_count: int = 2  # a feature code seen fewer times in training is dropped
+    tag_dict_min_count: int = 3  # a word enters the tag dictionaries from this many occurrences
 
     def __post_init__(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1 or self.feature_min_count < 1:
-            raise ValueError("epochs, batch_size and feature_min_count must be >= 1")
-        if self.learning_rate <= 0 or self.l2 < 0 or self.tag_dict_min_count < 1:
-            raise ValueError("learning_rate must be > 0, l2 >= 0, tag_dict_min_count >= 1")
+        super().__post_init__()
+        if self.feature_min_count < 1 or self.tag_dict_min_count < 1:
+            raise ValueError("feature_min_count and tag_dict_min_count must be >= 1")
 
 
 @dataclass
@@ -497,22 +497,15 @@ class JointCrf:
         return [self.upos_emission, self.xpos_emission, self.transition]
 
 
-class _AdaGrad:
-    """AdaGrad for a ``JointCrf``, with lazy L2 on the emission rows a batch touches."""
+class _CrfStep:
+    """One AdaGrad step of a ``JointCrf`` (``engine.optim.AdaGrad``, Duchi et al. 2011): row updates of the
+    emission rows a batch touches, with lazy L2 on them, and a dense update of the transitions."""
 
     def __init__(self, crf: JointCrf, lr: float, l2: float) -> None:
-        self.crf, self.lr, self.l2 = crf, lr, l2
-        self.g2 = [np.zeros_like(a) for a in crf.arrays()]
+        self.crf, self.l2 = crf, l2
+        self.optimisers = [AdaGrad.like(a, lr) for a in crf.arrays()]
 
-    def _update_rows(self, which: int, rows: np.ndarray, grad: np.ndarray, fraction: float) -> None:
-        weights = self.crf.arrays()[which]
-        w = weights[rows]
-        grad += self.l2 * fraction * w
-        g2 = self.g2[which][rows] + grad * grad
-        self.g2[which][rows] = g2
-        weights[rows] = w - self.lr * grad / (np.sqrt(g2) + 1e-8)
-
-    def step(self, ids: np.ndarray, gold: np.ndarray, fraction: float) -> float:
+    def __call__(self, ids: np.ndarray, gold: np.ndarray, fraction: float) -> float:
         """One update on a batch: ``ids`` (B, n, K), ``gold`` (B, n) state indices; ``fraction`` = the batch's
         share of the training sentences (scales the L2 term)."""
         crf = self.crf
@@ -526,10 +519,8 @@ class _AdaGrad:
             grad = occurrences @ d
             if rows[0] == 0:  # the unknown feature keeps weight 0
                 grad[0] = 0.0
-            self._update_rows(which, rows, grad, fraction)
-        d_tr += self.l2 * fraction * crf.transition
-        self.g2[2] += d_tr * d_tr
-        crf.transition -= self.lr * d_tr / (np.sqrt(self.g2[2]) + 1e-8)
+            self.optimisers[which].step_rows(crf.arrays()[which], rows, grad, self.l2 * fraction)
+        self.optimisers[2].step(crf.transition, d_tr, self.l2 * fraction)
         return nll
 
 
@@ -602,34 +593,33 @@ class Tagger:
         del codes
         gold = np.array([s_index[p] for s in train for p in zip(s.upos, s.xpos, strict=True)], dtype=np.int64)
         batches = length_batches([len(s.forms) for s in train], config.batch_size, max_arcs=1 << 62)
-        optimiser = _AdaGrad(crf, config.learning_rate, config.l2)
+        step = _CrfStep(crf, config.learning_rate, config.l2)
         rng = np.random.default_rng(config.seed)
-        history: list[dict[str, float]] = []
-        best: tuple[float, int, list[np.ndarray]] | None = None
-        for epoch in range(1, config.epochs + 1):
-            t0 = time.perf_counter()
-            nll = 0.0
-            for b in tqdm(rng.permutation(len(batches)), desc=f"tagger epoch {epoch}/{config.epochs}",
-                          unit="batch", disable=not progress):
-                idx = batches[b]
-                tok = offsets[idx][:, None] + np.arange(len(train[idx[0]].forms))
-                nll += optimiser.step(ids[tok], gold[tok], len(idx) / len(train))
-            entry = {"epoch": epoch, "nll": nll / len(train), "seconds": time.perf_counter() - t0}
-            if dev is not None:
+
+        def batch_step(b: int) -> float:
+            idx = batches[b]
+            tok = offsets[idx][:, None] + np.arange(len(train[idx[0]].forms))
+            return step(ids[tok], gold[tok], len(idx) / len(train))
+
+        def evaluate(current: Sequence[np.ndarray], entry: dict[str, Any]) -> float | None:
+            if dev is None:
+                return None
+            live = crf.arrays()
+            crf.upos_emission, crf.xpos_emission, crf.transition = current  # the epoch's mean with averaging
+            try:
                 acc = tagger.accuracy(dev)
-                entry.update(dev_upos=acc["upos"], dev_xpos=acc["xpos"])
-                score = (acc["upos"] + acc["xpos"]) / 2
-                if best is None or score > best[0]:
-                    best = (score, epoch, [a.copy() for a in crf.arrays()])
-            history.append(entry)
-            log.info("tagger epoch %s", entry)
-            if progress:
-                tqdm.write(f"tagger epoch {epoch}: " + ", ".join(
-                    f"{k} {v:.4f}" for k, v in entry.items() if k != "epoch"))
-        best_epoch = config.epochs
-        if best is not None:
-            best_epoch = best[1]
-            crf.upos_emission, crf.xpos_emission, crf.transition = best[2]
+            finally:
+                crf.upos_emission, crf.xpos_emission, crf.transition = live
+            entry.update(dev_upos=acc["upos"], dev_xpos=acc["xpos"])
+            return (acc["upos"] + acc["xpos"]) / 2
+
+        loop = EpochLoop(crf.arrays(), total_batches=config.epochs * len(batches), total_epochs=config.epochs,
+                         average=config.average, progress=progress, name="tagger ")
+        loop.run(config.epochs, lambda: rng.permutation(len(batches)), batch_step, evaluate, loss_key="nll",
+                 per=len(train))
+        out = loop.result()
+        best_epoch, history = out.best_epoch, out.history
+        crf.upos_emission, crf.xpos_emission, crf.transition = out.params
         tagger.training = {"config": asdict(config), "sentences": len(train), "words": int(offsets[-1]),
                            "best_epoch": best_epoch, "history": history, "seconds": time.perf_counter() - start}
         return tagger

@@ -29,26 +29,15 @@ from engine.features.extract import FeatureExtractor
 from engine.inference.brute_force import is_projective
 from engine.inference.exact import TreeConstraint, exact_marginals
 from engine.scoring.potentials import arc_scores, scatter_gradient
+from engine.training.loop import EpochLoop, dev_or_loss
+from engine.training.optim import AdaGrad, OptimSettings
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """Settings of CLL training (validated once)."""
-
-    epochs: int = 8
-    batch_size: int = 32
-    learning_rate: float = 0.2
-    l2: float = 10.0
-    seed: int = 0
-    average: bool = True
-
-    def __post_init__(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1:
-            raise ValueError("epochs and batch_size must be at least 1")
-        if self.learning_rate <= 0 or self.l2 < 0:
-            raise ValueError("learning_rate must be > 0 and l2 >= 0")
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig(OptimSettings):
+    """Settings of CLL training (validated once): ``OptimSettings``' fields and defaults."""
 
 
 @dataclass
@@ -84,7 +73,7 @@ def cll_objective(
 
 
 def usable_trees(sentences: Sequence[Any], constraint: TreeConstraint) -> tuple[list[int], dict[str, int]]:
-    """Indices of training trees the model can represent, and counts of those skipped by reason."""
+    """Indices of training trees the model can represent, and counts of those skipped by reason (logged)."""
     keep, skipped = [], {"no_heads": 0, "nonprojective": 0, "root_count": 0, "not_a_tree": 0}
     for i, s in enumerate(sentences):
         if s.heads is None:
@@ -97,6 +86,9 @@ def usable_trees(sentences: Sequence[Any], constraint: TreeConstraint) -> tuple[
             skipped["nonprojective"] += 1
         else:
             keep.append(i)
+    for reason, count in skipped.items():
+        if count:
+            log.warning("skipped %d of %d training trees (%s)", count, len(sentences), reason)
     return keep, skipped
 
 
@@ -121,61 +113,31 @@ def train_cll(
     progress: bool = True,
     on_batch: Callable[[int, int], None] | None = None,
 ) -> TrainResult:
-    """Train weights by CLL + AdaGrad; ``dev_score(weights)`` picks the best epoch (higher is better).
+    """Train weights by CLL + AdaGrad; ``dev_score(weights)`` picks the best epoch (higher is better; without
+    it, the lowest training loss). ``progress`` shows tqdm bars.
 
     ``on_batch(done, total)`` is called after every batch with the number of batches done so far and the
     total over all epochs. An exception it raises propagates (unlike Ctrl-C, it does not keep a model).
     """
     start = time.perf_counter()
     keep, skipped = usable_trees(train, constraint)
-    for reason, count in skipped.items():
-        if count:
-            log.warning("skipped %d of %d training trees (%s)", count, len(train), reason)
     batches = prepare_batches(extractor, [train[i] for i in keep], config.batch_size, progress)
     n_sent = len(keep)
-    total_batches, done = config.epochs * len(batches), 0
     rng = np.random.default_rng(config.seed)
     w = np.zeros(extractor.dim)
-    g2 = np.zeros(extractor.dim)
-    w_sum = np.zeros(extractor.dim)  # running sum of the iterates, for Polyak averaging
-    steps = 0
-    best_w, best_score, best_epoch = w.copy(), -np.inf, 0
-    history: list[dict[str, float]] = []
-    interrupted = False
-    try:
-        for epoch in range(1, config.epochs + 1):
-            t0 = time.perf_counter()
-            total = 0.0
-            w_sum[:] = 0.0  # average the iterates of this epoch only: early iterates are poor
-            steps = 0
-            order = rng.permutation(len(batches))
-            bar = tqdm(order, desc=f"epoch {epoch}/{config.epochs}", unit="batch", disable=not progress)
-            for b in bar:
-                batch = batches[b]
-                nll, grad = cll_objective(w, batch, constraint)
-                total += nll
-                grad += config.l2 * (len(batch.gold) / n_sent) * w
-                g2 += grad * grad
-                w -= config.learning_rate * grad / (np.sqrt(g2) + 1e-8)
-                w_sum += w
-                steps += 1
-                done += 1
-                if on_batch is not None:
-                    on_batch(done, total_batches)
-            current = w_sum / steps if config.average else w
-            entry = {"epoch": epoch, "nll": total / max(n_sent, 1), "seconds": time.perf_counter() - t0}
-            score = dev_score(current) if dev_score is not None else -entry["nll"]
-            entry["dev"] = score
-            history.append(entry)
-            log.info("epoch %d: nll/sentence %.4f, dev %.3f, %.1f s", epoch, entry["nll"], score, entry["seconds"])
-            if progress:
-                tqdm.write(f"epoch {epoch}: nll/sent {entry['nll']:.4f}  dev {score:.3f}  ({entry['seconds']:.1f} s)")
-            if score > best_score:
-                best_w, best_score, best_epoch = current.copy(), score, epoch
-    except KeyboardInterrupt:
-        interrupted = True
-        log.warning("interrupted: keeping the best model so far (epoch %d)", best_epoch)
-        if best_epoch == 0:
-            best_w = w_sum / steps if (config.average and steps) else w.copy()
-    return TrainResult(best_w, best_epoch, history, interrupted, skipped,
+    opt = AdaGrad(extractor.dim, config.learning_rate)
+    loop = EpochLoop([w], total_batches=config.epochs * len(batches), total_epochs=config.epochs,
+                     average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
+
+    def step(b: int) -> float:
+        batch = batches[b]
+        nll, grad = cll_objective(w, batch, constraint)
+        opt.step(w, grad, config.l2 * (len(batch.gold) / n_sent))
+        return nll
+
+    loop.run(config.epochs, lambda: rng.permutation(len(batches)), step, dev_or_loss(dev_score, "nll"),
+             loss_key="nll", per=max(n_sent, 1))
+    out = loop.result()
+    best_w = out.params[0] if out.best_epoch or out.partial is None else out.partial[0]
+    return TrainResult(best_w, out.best_epoch, out.history, out.interrupted, skipped,
                        time.perf_counter() - start, asdict(config))

@@ -32,11 +32,10 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from engine.graph.build import SentenceGraph
 from engine.graph.tree import Tree
@@ -46,7 +45,9 @@ from engine.inference.exact import TreeConstraint, exact_marginals
 from engine.inference.tree_hessian import tree_hvp
 from engine.scoring.potentials import arc_scores, scatter_gradient
 from engine.training.cll import TrainingBatch, TrainResult, cll_objective, prepare_batches, usable_trees
+from engine.training.loop import EpochLoop, dev_or_loss
 from engine.training.objectives import AnnealSchedule, annealed_risk, gold_indicators, l2_distance
+from engine.training.optim import AdaGrad, OptimSettings
 from engine.training.surrogate import surrogate_gradient_terms
 
 log = logging.getLogger(__name__)
@@ -55,27 +56,24 @@ OBJECTIVES = ("cll", "l2", "ar", "l2+ar")
 
 
 @dataclass(frozen=True)
-class ErmaConfig:
-    """Settings of approximation-aware training, validated once."""
+class ErmaConfig(OptimSettings):
+    """Settings of approximation-aware training, validated once: the objective, then ``OptimSettings``' fields
+    (other defaults for ``epochs`` and ``learning_rate``) and the following ones, by keyword."""
 
     objective: str = "l2"
+    _: KW_ONLY
     epochs: int = 5
-    batch_size: int = 32
     learning_rate: float = 0.05
-    l2: float = 10.0
-    seed: int = 0
-    average: bool = True
     anneal: AnnealSchedule = field(default_factory=AnnealSchedule)
     l2_epochs: int | None = None  # l2+ar: epochs of L2 before the annealed risk (None: half, rounded up)
     delta: float = 1e-8  # AdaGrad's H = delta + sqrt(sum of squared gradients)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
-        if self.epochs < 1 or self.batch_size < 1:
-            raise ValueError("epochs and batch_size must be at least 1")
-        if self.learning_rate <= 0 or self.l2 < 0 or self.delta <= 0:
-            raise ValueError("learning_rate and delta must be > 0 and l2 >= 0")
+        if self.delta <= 0:
+            raise ValueError("delta must be > 0")
         if self.objective == "l2+ar" and self.epochs < 2:
             raise ValueError("l2+ar needs at least 2 epochs (L2 first, then annealed risk)")
         if self.l2_epochs is not None and not 1 <= self.l2_epochs < self.epochs:
@@ -87,22 +85,6 @@ class ErmaConfig:
             return [(self.objective, self.epochs)]
         first = self.l2_epochs if self.l2_epochs is not None else math.ceil(self.epochs / 2)
         return [("l2", first), ("ar", self.epochs - first)]
-
-
-class AdaGradCMD:
-    """Diagonal AdaGrad, composite mirror descent with ``(l2 / 2) |w|^2`` (Duchi et al. 2011)."""
-
-    def __init__(self, dim: int, learning_rate: float, delta: float = 1e-8) -> None:
-        self.g2 = np.zeros(dim)
-        self.learning_rate, self.delta = learning_rate, delta
-
-    def step(self, w: np.ndarray, grad: np.ndarray, l2: float) -> None:
-        """Update ``w`` in place from the loss gradient ``grad`` and this step's regulariser ``l2``."""
-        self.g2 += grad * grad
-        h = self.delta + np.sqrt(self.g2)
-        w *= h
-        w -= self.learning_rate * grad
-        w /= h + self.learning_rate * l2
 
 
 def tree_constraint(graph: SentenceGraph) -> TreeConstraint:
@@ -198,60 +180,41 @@ BatchGradient = Callable[[np.ndarray, int, str, float | None], tuple[float, np.n
 def _optimise(w: np.ndarray, batch_gradient: BatchGradient, sizes: Sequence[int], config: ErmaConfig,
               dev_score: Callable[[np.ndarray], float] | None, progress: bool,
               on_batch: Callable[[int, int], None] | None) -> tuple[np.ndarray, int, list[dict[str, Any]], bool]:
-    """The epoch loop shared by BP and exact training; ``w`` is updated in place.
+    """The stages of BP and exact training, one ``EpochLoop`` run each; ``w`` is updated in place.
     Returns (best weights, best epoch, history, interrupted)."""
     n_sent = max(sum(sizes), 1)
     rng = np.random.default_rng(config.seed)
     stages = config.stages()
-    total_batches, done, epoch = sum(e for _, e in stages) * len(sizes), 0, 0
-    best_w, best_score, best_epoch = w.copy(), -np.inf, 0
-    history: list[dict[str, Any]] = []
-    w_sum = np.zeros_like(w)
+    loop = EpochLoop([w], total_batches=sum(e for _, e in stages) * len(sizes), total_epochs=config.epochs,
+                     average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
     # One optimiser state for all stages: restarting AdaGrad's accumulators for the annealed risk made its
     # first steps as large as a cold start's (about eta per touched weight) and, on EWT dev, took the L2
     # model from 88.02 to 84.28 UAS in one epoch (1 BP iteration, full train set).
-    opt = AdaGradCMD(len(w), config.learning_rate, config.delta)
-    try:
-        for stage, (objective, epochs) in enumerate(stages):
-            if stage > 0 and best_epoch > 0:
-                w[:] = best_w  # layer-wise: start the next objective from the best model so far
-            steps = epochs * len(sizes)
-            for stage_epoch in range(epochs):
-                epoch += 1
-                t0, total, count = time.perf_counter(), 0.0, 0
-                w_sum[:] = 0.0
-                order = rng.permutation(len(sizes))
-                for k, g in enumerate(tqdm(order, desc=f"epoch {epoch} ({objective})", unit="batch",
-                                           disable=not progress)):
-                    step = stage_epoch * len(sizes) + k
-                    temperature = config.anneal.at(step, steps) if objective == "ar" else None
-                    loss, grad = batch_gradient(w, int(g), objective, temperature)
-                    grad[0] = 0.0
-                    opt.step(w, grad, config.l2 * sizes[g] / n_sent)
-                    total += loss
-                    w_sum += w
-                    count += 1
-                    done += 1
-                    if on_batch is not None:
-                        on_batch(done, total_batches)
-                current = w_sum / count if config.average else w.copy()
-                entry: dict[str, Any] = {"epoch": epoch, "objective": objective, "loss": total / n_sent,
-                                         "seconds": time.perf_counter() - t0}
-                if objective == "ar":  # the temperature reached at the end of this epoch
-                    entry["temperature"] = config.anneal.at((stage_epoch + 1) * len(sizes) - 1, steps)
-                entry["dev"] = dev_score(current) if dev_score is not None else -entry["loss"]
-                history.append(entry)
-                log.info("epoch %d (%s): loss/sentence %.4f, dev %.3f, %.1f s", epoch, objective, entry["loss"],
-                         entry["dev"], entry["seconds"])
-                if progress:
-                    tqdm.write(f"epoch {epoch} ({objective}): loss/sent {entry['loss']:.4f}  dev {entry['dev']:.3f}  "
-                               f"({entry['seconds']:.1f} s)")
-                if entry["dev"] > best_score:
-                    best_w, best_score, best_epoch = current.copy(), entry["dev"], epoch
-    except KeyboardInterrupt:
-        log.warning("interrupted: keeping the best model so far (epoch %d)", best_epoch)
-        return best_w, best_epoch, history, True
-    return best_w, best_epoch, history, False
+    opt = AdaGrad(len(w), config.learning_rate, delta=config.delta)
+    for stage, (objective, epochs) in enumerate(stages):
+        if stage > 0 and loop.best is not None:
+            w[:] = loop.best[0]  # layer-wise: start the next objective from the best model so far
+        steps, first_epoch, done = epochs * len(sizes), loop.epoch, [0]
+
+        def step(g: int, objective: str = objective, steps: int = steps, done: list[int] = done) -> float:
+            temperature = config.anneal.at(done[0], steps) if objective == "ar" else None
+            done[0] += 1
+            loss, grad = batch_gradient(w, int(g), objective, temperature)
+            grad[0] = 0.0
+            opt.step_composite(w, grad, config.l2 * sizes[g] / n_sent)
+            return loss
+
+        def evaluate(current: Sequence[np.ndarray], entry: dict[str, Any], objective: str = objective,
+                     steps: int = steps, first_epoch: int = first_epoch) -> float:
+            if objective == "ar":  # the temperature reached at the end of this epoch
+                entry["temperature"] = config.anneal.at((entry["epoch"] - first_epoch) * len(sizes) - 1, steps)
+            return dev_or_loss(dev_score)(current, entry)
+
+        if not loop.run(epochs, lambda: rng.permutation(len(sizes)), step, evaluate, per=n_sent,
+                        fields={"objective": objective}, note=objective):
+            break
+    out = loop.result()
+    return out.params[0], out.best_epoch, out.history, out.interrupted
 
 
 def train_erma(parser: Any, train: Sequence[Any], config: ErmaConfig, bp: BPConfig,

@@ -12,131 +12,23 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from engine.data.conllu_io import ConlluError, read_conllu
-from engine.pipeline import MAX_TAG_SAMPLES, valid_tag_samples
+from engine.training.options import TrainOptions, TrainOptionsError  # declared there; imported from here too
 
 log = logging.getLogger(__name__)
 
-FACTOR_FAMILIES = ("grand", "sib", "childseq", "nocross")
-COMPONENTS = ("tokenizer", "tagger", "parser", "labeler")
-TREES = ("nonprojective", "projective")
-ROOTS = ("single", "multi")
-OBJECTIVES = ("cll", "l2", "ar", "l2+ar")  # engine.training.erma.OBJECTIVES
 # Hashed rows per stage of the stacked labeller: two stages of 2^17 rows weigh what one stage of 2^18 did. On EWT
 # dev (gold trees, predicted tags) 2^17 gives 95.05% of labels right against 95.07 for 2^18.
 LABELER_BUCKETS = 1 << 17
-# Copies of each training sentence under tags drawn from its jackknife fold tagger's posterior that the labeller
-# also trains on, by default (when the tagger and the labeller are trained): chosen on EWT dev (README, *Labels
-# under tag uncertainty*).
-LABELER_TAG_SAMPLES = 1
-MAX_LABELER_TAG_SAMPLES = 16
 
 ProgressCallback = Callable[[float, str], None]
 PathLike = str | os.PathLike[str]
-
-
-class TrainOptionsError(ValueError):
-    """Training options that cannot work together, explained."""
-
-
-@dataclass(frozen=True)
-class TrainOptions:
-    """Everything that decides how a model is trained (the CLI flags of ``train``), validated once."""
-
-    order: int = 1
-    tree: str = "nonprojective"
-    root: str = "single"
-    epochs: int = 8
-    batch_size: int = 32
-    learning_rate: float | None = None  # None: 0.2 first-order, 0.05 for BP training
-    l2: float = 10.0
-    dim: int = 1 << 22
-    seed: int = 0
-    average: bool = True
-    max_sentences: int | None = None
-    factors: tuple[str, ...] = ("grand", "sib")  # higher-order factor families (order 2 only)
-    bp_iterations: int = 3
-    second_dim: int = 1 << 21
-    name: str | None = None  # model name in the manifest (None: the output directory's name)
-    components: tuple[str, ...] = COMPONENTS  # the parser always; tokenizer, tagger, labeler optional
-    folds: int = 5  # jackknifing folds: the parser and labeler train on tags predicted by unseen-fold taggers,
-    # and the labeler's second stage on first-stage labels predicted the same way (stacking)
-    objective: str = "cll"  # cll, or approximation-aware l2, ar, l2+ar (engine.training.erma)
-    anneal: tuple[float, float] = (1.0, 0.1)  # annealed-risk temperature, start -> end
-    tag_samples: int = 0  # the model's default --tag-samples (manifest inference.tag_samples; needs a tagger)
-    seeds: int = 1  # the parser is the mean of the weights of this many runs, seeds seed .. seed + seeds - 1
-    # the labeller also trains on this many copies of each sentence under tags drawn by its jackknife fold tagger
-    # (None: LABELER_TAG_SAMPLES when the tagger and the labeler are trained, else 0)
-    labeler_tag_samples: int | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "factors", tuple(self.factors))
-        object.__setattr__(self, "components", tuple(self.components))
-        unknown_parts = sorted(set(self.components) - set(COMPONENTS))
-        if unknown_parts or "parser" not in self.components:
-            raise TrainOptionsError(f"components must include parser and come from {', '.join(COMPONENTS)}"
-                                    + (f" (unknown: {', '.join(unknown_parts)})" if unknown_parts else ""))
-        if not isinstance(self.folds, int) or self.folds < 2:
-            raise TrainOptionsError(f"folds must be an integer of at least 2, got {self.folds!r}")
-        if self.order not in (1, 2):
-            raise TrainOptionsError(f"order must be 1 or 2, got {self.order!r}")
-        if self.tree not in TREES:
-            raise TrainOptionsError(f"tree must be one of {', '.join(TREES)}, got {self.tree!r}")
-        if self.root not in ROOTS:
-            raise TrainOptionsError(f"root must be one of {', '.join(ROOTS)}, got {self.root!r}")
-        for field in ("epochs", "batch_size", "dim", "second_dim", "bp_iterations", "seeds"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise TrainOptionsError(f"{field} must be an integer of at least 1, got {value!r}")
-        if self.max_sentences is not None and self.max_sentences < 1:
-            raise TrainOptionsError(f"max_sentences must be at least 1, got {self.max_sentences!r}")
-        if self.learning_rate is not None and not (np.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise TrainOptionsError(f"learning_rate must be > 0, got {self.learning_rate!r}")
-        if not (np.isfinite(self.l2) and self.l2 >= 0):
-            raise TrainOptionsError(f"l2 must be >= 0, got {self.l2!r}")
-        if not valid_tag_samples(self.tag_samples):
-            raise TrainOptionsError(f"tag_samples must be an integer from 0 to {MAX_TAG_SAMPLES}, "
-                                    f"got {self.tag_samples!r}")
-        if self.tag_samples and "tagger" not in self.components:
-            raise TrainOptionsError("tag_samples needs the tagger component (tag sequences come from it)")
-        k = self.labeler_tag_samples
-        if k is not None:
-            if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= MAX_LABELER_TAG_SAMPLES:
-                raise TrainOptionsError(f"labeler_tag_samples must be an integer from 0 to "
-                                        f"{MAX_LABELER_TAG_SAMPLES}, got {k!r}")
-            if k and not {"tagger", "labeler"} <= set(self.components):
-                raise TrainOptionsError("labeler_tag_samples needs the tagger and labeler components (the "
-                                        "labeller trains on tags drawn by the jackknife's fold taggers)")
-        if self.objective not in OBJECTIVES:
-            raise TrainOptionsError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
-        object.__setattr__(self, "anneal", tuple(self.anneal))
-        if len(self.anneal) != 2 or not all(np.isfinite(t) and t > 0 for t in self.anneal):
-            raise TrainOptionsError(f"anneal must be two temperatures > 0 (start, end), got {self.anneal!r}")
-        if self.objective == "l2+ar" and self.epochs < 2:
-            raise TrainOptionsError("objective l2+ar needs at least 2 epochs (L2 first, then annealed risk)")
-        if self.order == 2:
-            unknown = sorted(set(self.factors) - set(FACTOR_FAMILIES))
-            if unknown:
-                raise TrainOptionsError(f"unknown factor families: {', '.join(unknown)} "
-                                        f"(available: {', '.join(FACTOR_FAMILIES)})")
-
-    @property
-    def effective_labeler_tag_samples(self) -> int:
-        if self.labeler_tag_samples is not None:
-            return self.labeler_tag_samples
-        return LABELER_TAG_SAMPLES if {"tagger", "labeler"} <= set(self.components) else 0
-
-    @property
-    def effective_learning_rate(self) -> float:
-        if self.learning_rate is not None:
-            return self.learning_rate
-        return 0.2 if self.order == 1 else 0.05
 
 
 class _Progress:
@@ -196,8 +88,9 @@ def erma_config(options: TrainOptions) -> Any:
     from engine.training.erma import ErmaConfig
     from engine.training.objectives import AnnealSchedule
 
-    return ErmaConfig(options.objective, options.epochs, options.batch_size, options.effective_learning_rate,
-                      options.l2, options.seed, options.average, AnnealSchedule(*options.anneal))
+    return ErmaConfig(options.objective, epochs=options.epochs, batch_size=options.batch_size,
+                      learning_rate=options.effective_learning_rate, l2=options.l2, seed=options.seed,
+                      average=options.average, anneal=AnnealSchedule(*options.anneal))
 
 
 def train_model(
@@ -239,8 +132,9 @@ def train_model(
     order = options.order
     report = _Progress(on_progress, _spans(order, pruner_path is None, options.components))
     report("loading")
-    config = TrainConfig(options.epochs, options.batch_size, options.effective_learning_rate, options.l2,
-                         options.seed, options.average)
+    config = TrainConfig(epochs=options.epochs, batch_size=options.batch_size,
+                         learning_rate=options.effective_learning_rate, l2=options.l2, seed=options.seed,
+                         average=options.average)
     constraint = TreeConstraint(options.tree, options.root)
     families = list(options.factors) if order == 2 else []
     train = read_conllu(train_path)
@@ -307,7 +201,8 @@ def train_model(
                 return train_erma_exact(extractor, constraint, train, replace(erma_config(options), seed=seed),
                                         dev_uas_first if dev else None, progress, on_batch)
             return train_cll(extractor, constraint, train, replace(config, seed=seed) if order == 1 else
-                             TrainConfig(8, options.batch_size, 0.2, options.l2, seed),
+                             TrainConfig(epochs=8, batch_size=options.batch_size, learning_rate=0.2,
+                                         l2=options.l2, seed=seed),
                              dev_uas_first if dev else None, progress, on_batch)
 
         # a first-order model is the mean of --seeds runs; a pruner for order 2 is one run

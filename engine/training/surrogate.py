@@ -12,22 +12,20 @@ early stopping on dev UAS, like the exact CLL trainer. Ctrl-C keeps the best mod
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from engine.bp_parser import BPParser
 from engine.data.batching import length_batches
 from engine.graph.build import SentenceGraph
 from engine.inference.bp import BPConfig, BPResult, run_bp, run_bp_many
 from engine.training.cll import TrainConfig, TrainResult, usable_trees
-
-log = logging.getLogger(__name__)
+from engine.training.loop import EpochLoop, dev_or_loss
+from engine.training.optim import AdaGrad
 
 
 def surrogate_gradient_terms(
@@ -67,61 +65,37 @@ def train_surrogate(
     progress: bool = True,
     on_batch: Callable[[int, int], None] | None = None,
 ) -> TrainResult:
-    """Train ``parser.weights`` in place from its current value; returns the best (averaged) weights.
-
-    ``on_batch(done, total)`` is called after every batch with the number of batches done so far and the
-    total over all epochs. An exception it raises propagates (unlike Ctrl-C, it does not keep a model).
-    """
+    """Train ``parser.weights`` in place from its current value; returns the best (averaged) weights, also
+    left in ``parser``. ``dev_score``, ``progress`` and ``on_batch`` as for ``train_cll``."""
     start = time.perf_counter()
     keep, skipped = usable_trees(train, parser.constraint)
     sents = [train[i] for i in keep]
     groups = length_batches([len(s.forms) for s in sents], config.batch_size)
-    total_batches, done = config.epochs * len(groups), 0
     rng = np.random.default_rng(config.seed)
     dim = len(parser.weights)
     w = parser.weights
-    g2 = np.zeros(dim)
-    w_sum = np.zeros(dim)
-    best_w, best_score, best_epoch = w.copy(), -np.inf, 0
-    history: list[dict[str, float]] = []
-    interrupted = False
-    try:
-        for epoch in range(1, config.epochs + 1):
-            t0, total, steps = time.perf_counter(), 0.0, 0
-            w_sum[:] = 0.0
-            for g in tqdm(rng.permutation(len(groups)), desc=f"epoch {epoch}/{config.epochs}", unit="batch",
-                          disable=not progress):
-                batch = [sents[i] for i in groups[g]]
-                idx, val = [], []
-                for graphs in parser.graph_batches(batch, gold=True, batch_size=len(batch)):
-                    results = run_bp_many([(graph.families, graph.valid) for _, graph, _ in graphs], bp)
-                    for (i, graph, _), result in zip(graphs, results, strict=True):
-                        loss, ii, vv = surrogate_gradient_terms(graph, batch[i].heads, bp, result)
-                        total += loss
-                        idx += ii
-                        val += vv
-                grad = np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=dim)
-                grad[0] = 0.0
-                grad += config.l2 * (len(batch) / len(sents)) * w
-                g2 += grad * grad
-                w -= config.learning_rate * grad / (np.sqrt(g2) + 1e-8)
-                w_sum += w
-                steps += 1
-                done += 1
-                if on_batch is not None:
-                    on_batch(done, total_batches)
-            current = w_sum / steps if config.average else w.copy()
-            entry = {"epoch": epoch, "loss": total / max(len(sents), 1), "seconds": time.perf_counter() - t0}
-            entry["dev"] = dev_score(current) if dev_score is not None else -entry["loss"]
-            history.append(entry)
-            if progress:
-                tqdm.write(f"epoch {epoch}: loss/sent {entry['loss']:.4f}  dev {entry['dev']:.3f}  "
-                           f"({entry['seconds']:.1f} s)")
-            if entry["dev"] > best_score:
-                best_w, best_score, best_epoch = current.copy(), entry["dev"], epoch
-    except KeyboardInterrupt:
-        interrupted = True
-        log.warning("interrupted: keeping the best model so far (epoch %d)", best_epoch)
-    parser.weights = best_w
-    return TrainResult(best_w, best_epoch, history, interrupted, skipped, time.perf_counter() - start,
-                       {**asdict(config), "bp": asdict(bp)})
+    opt = AdaGrad(dim, config.learning_rate)
+    loop = EpochLoop([w], total_batches=config.epochs * len(groups), total_epochs=config.epochs,
+                     average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
+
+    def step(g: int) -> list[float]:
+        batch = [sents[i] for i in groups[g]]
+        idx, val, losses = [], [], []
+        for graphs in parser.graph_batches(batch, gold=True, batch_size=len(batch)):
+            results = run_bp_many([(graph.families, graph.valid) for _, graph, _ in graphs], bp)
+            for (i, graph, _), result in zip(graphs, results, strict=True):
+                loss, ii, vv = surrogate_gradient_terms(graph, batch[i].heads, bp, result)
+                losses.append(loss)
+                idx += ii
+                val += vv
+        grad = np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=dim)
+        grad[0] = 0.0
+        opt.step(w, grad, config.l2 * (len(batch) / len(sents)))
+        return losses  # the loop adds them one by one, in order
+
+    loop.run(config.epochs, lambda: rng.permutation(len(groups)), step, dev_or_loss(dev_score),
+             per=max(len(sents), 1))
+    out = loop.result()
+    parser.weights = out.params[0]
+    return TrainResult(out.params[0], out.best_epoch, out.history, out.interrupted, skipped,
+                       time.perf_counter() - start, {**asdict(config), "bp": asdict(bp)})

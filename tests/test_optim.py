@@ -1,0 +1,111 @@
+"""The shared optimiser and epoch loop (engine.optim): AdaGrad's dense, row and float32 steps against their
+formulas; the loop's averaging, best epoch, unscored epochs, Ctrl-C and callbacks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine.optim import AdaGrad, EpochLoop, OptimSettings
+
+
+def test_dense_step_with_l2_is_adagrad_on_the_regularised_gradient() -> None:
+    rng = np.random.default_rng(0)
+    w0, g1, g2 = rng.normal(size=(3, 6))
+    opt, w = AdaGrad(6, 0.5), w0.copy()
+    opt.step(w, g1.copy(), 0.1)
+    d1 = g1 + 0.1 * w0
+    np.testing.assert_allclose(w, w0 - 0.5 * d1 / (np.sqrt(d1 * d1) + 1e-8))
+    w1 = w.copy()
+    opt.step(w, g2.copy())  # no L2
+    np.testing.assert_allclose(w, w1 - 0.5 * g2 / (np.sqrt(d1 * d1 + g2 * g2) + 1e-8))
+
+
+def test_row_step_touches_only_its_rows() -> None:
+    w = np.ones((5, 2))
+    opt = AdaGrad.like(w, 1.0, delta=0.0, initial=1.0)  # w -= g / sqrt(1 + G)
+    opt.step_rows(w, np.array([1, 3]), np.array([[3.0, 0.0], [0.0, -1.0]]))
+    expected = np.ones((5, 2))
+    expected[1] = [1 - 3 / np.sqrt(10), 1.0]
+    expected[3] = [1.0, 1 + 1 / np.sqrt(2)]
+    np.testing.assert_allclose(w, expected)
+    np.testing.assert_array_equal(opt.g2[[0, 2, 4]], 1.0)
+
+
+def test_float32_rounding_modes() -> None:
+    """Sums kept in float32 either way; ``round_steps`` rounds the squares and the step to float32 first."""
+    w = np.full((1, 3), 0.1, dtype=np.float32)
+    grad = np.array([[1e-3, 0.7, 2.5]])
+    a, b = w.copy(), w.copy()
+    AdaGrad.like(a, 0.3).step_rows(a, np.array([0]), grad.copy())
+    AdaGrad.like(b, 0.3, round_steps=True).step_rows(b, np.array([0]), grad.copy())
+    assert a.dtype == b.dtype == np.float32
+    sq = (grad * grad).astype(np.float32)
+    np.testing.assert_array_equal(b, w - (0.3 * grad / (np.sqrt(sq) + np.float32(1e-8))).astype(np.float32))
+    np.testing.assert_array_equal(a, (w - 0.3 * grad / (np.sqrt(grad * grad) + 1e-8)).astype(np.float32))
+
+
+def _counting_loop(average: bool, scores: list[float | None], **kw: Any) -> tuple[EpochLoop, list[np.ndarray]]:
+    """Each step adds 1 to the weight; epoch e scores ``scores[e - 1]``."""
+    w = np.zeros(1)
+    seen: list[np.ndarray] = []
+
+    def step(_: int) -> float:
+        w[0] += 1.0
+        return 2.0
+
+    def evaluate(current: Any, entry: dict[str, Any]) -> float | None:
+        seen.append(current[0].copy())
+        return scores[entry["epoch"] - 1]
+
+    loop = EpochLoop([w], total_batches=3 * len(scores), total_epochs=len(scores), average=average, **kw)
+    loop.run(len(scores), lambda: range(3), step, evaluate, per=4.0)
+    return loop, seen
+
+
+def test_loop_averages_each_epoch_and_keeps_the_best() -> None:
+    loop, seen = _counting_loop(True, [1.0, 3.0, 2.0])
+    assert [s[0] for s in seen] == [2.0, 5.0, 8.0]  # means of (1, 2, 3), (4, 5, 6), (7, 8, 9)
+    result = loop.result()
+    assert result.best_epoch == 2 and result.params[0][0] == 5.0 and not result.interrupted
+    assert [e["loss"] for e in result.history] == [1.5] * 3  # 3 batches x 2.0 / per
+
+
+def test_unscored_loop_returns_the_last_arrays() -> None:
+    loop, seen = _counting_loop(False, [None, None])
+    result = loop.result()
+    assert result.best_epoch == 2 and result.params[0] is loop.params[0] and result.params[0][0] == 6.0
+
+
+def test_ctrl_c_keeps_the_best_or_the_start_and_is_raised_when_not_interruptible() -> None:
+    calls: list[tuple[int, int]] = []
+
+    def on_batch(done: int, total: int) -> None:
+        calls.append((done, total))
+        if done == 5:
+            raise KeyboardInterrupt
+
+    loop, _ = _counting_loop(True, [1.0, 2.0], interruptible=True, on_batch=on_batch)
+    result = loop.result()
+    assert result.interrupted and result.best_epoch == 1 and result.params[0][0] == 2.0
+    assert result.partial is not None and result.partial[0][0] == 4.5  # mean of 4 and 5
+    assert calls == [(i, 6) for i in range(1, 6)]
+
+    def early(done: int, total: int) -> None:
+        if done == 2:
+            raise KeyboardInterrupt
+
+    result = _counting_loop(True, [1.0], interruptible=True, on_batch=early)[0].result()
+    assert result.interrupted and result.best_epoch == 0 and result.params[0][0] == 0.0  # the start
+    with pytest.raises(KeyboardInterrupt):
+        _counting_loop(True, [1.0], on_batch=early)
+
+
+def test_settings_are_checked() -> None:
+    for bad in ({"epochs": 0}, {"batch_size": 0}, {"learning_rate": 0.0}, {"l2": -1.0}):
+        with pytest.raises(ValueError):
+            OptimSettings(**bad)
+    with pytest.raises(ValueError):
+        AdaGrad(3, 0.0)
