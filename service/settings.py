@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     max_k: int = Field(100, ge=1, description="largest k for /kbest")
     max_n: int = Field(1000, ge=1, description="largest n for /sample")
     max_iterations: int = Field(50, ge=1, description="largest number of BP iterations a request may ask for")
+    max_rounds: int = Field(100, ge=1, description="largest number of relaxed-inference rounds a request may ask "
+                            "for")
 
     # concurrency
     parse_threads: int = Field(2, ge=1, description="requests parsed at the same time (threads)")

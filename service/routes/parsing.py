@@ -54,9 +54,11 @@ async def _run(state: ServiceState, req: ParseRequest, build: Builder, *, max_wo
         default = entry.default_tag_samples if tag_samples_ok else 0
         req = req.model_copy(update={"inference": req.inference.model_copy(update={"tag_samples": default})})
     parsing.resolve_method(entry, req.inference)
-    if req.inference.iterations > state.settings.max_iterations:
-        raise ProblemError(422, "Invalid input", f"at most {state.settings.max_iterations} BP iterations",
-                           kind="invalid-input", field="inference.iterations")
+    for name, limit in (("iterations", state.settings.max_iterations), ("rounds", state.settings.max_rounds)):
+        value = getattr(req.inference, name)
+        if value is not None and value > limit:
+            raise ProblemError(422, "Invalid input", f"inference.{name} is at most {limit}", kind="invalid-input",
+                               field=f"inference.{name}")
     if req.output == "conllu" and not conllu_ok:
         raise ProblemError(422, "Invalid input", "output=conllu is available on /parse only", kind="invalid-input",
                            field="output")
@@ -100,7 +102,7 @@ async def marginals_get(
     xpos: Annotated[list[str] | None, Query(description="XPOS of each word, repeated")] = None,
     model: Annotated[str | None, Query(pattern=MODEL_REF)] = None,
     method: Annotated[str | None, Query(pattern="^(exact|bp|relaxed)$")] = None,
-    iterations: Annotated[int, Query(ge=1, le=50)] = 5,
+    iterations: Annotated[int | None, Query(ge=1, description="as inference.iterations of POST /marginals")] = None,
     tag_samples: Annotated[int | None, Query(ge=0, le=REQUEST_MAX_TAG_SAMPLES,
                                              description="as inference.tag_samples of POST /marginals")] = None,
 ) -> JSONResponse:
@@ -108,8 +110,8 @@ async def marginals_get(
     try:
         req = ParseRequest(text=text, tokens=[tokens] if tokens is not None else None,
                            tags=[tags] if tags is not None else None, xpos=[xpos] if xpos is not None else None,
-                           model=model, inference={"method": method, "iterations": iterations,
-                                                   "tag_samples": tag_samples})
+                           model=model, inference={k: v for k, v in (("method", method), ("iterations", iterations),
+                                                                     ("tag_samples", tag_samples)) if v is not None})
     except ValidationError as e:
         raise RequestValidationError([{**err, "loc": ("query", *err["loc"])} for err in e.errors()]) from e
     return JSONResponse(await _run(state, req, parsing.marginals_json, tag_samples_ok=True))
