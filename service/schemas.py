@@ -11,12 +11,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engine.inference.settings import method_settings
+from engine.pipeline import MAX_TAG_SAMPLES
 
 MODEL_REF = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[0-9]{1,9})?$"
 """A model reference: a name, optionally ``@version`` (``my-model@2``); the newest version by default."""
-
-
-REQUEST_MAX_TAG_SAMPLES = 16  # per request (a model default above it is capped here)
 
 
 _BP, _RELAXED = method_settings("bp"), method_settings("relaxed")  # declared beside the algorithms
@@ -45,11 +43,12 @@ class InferenceOptions(BaseModel):
                                "rounds of adding factors (default: the model's, else until no factor's gain "
                                "exceeds epsilon; null: no limit)")
     tag_samples: int | None = Field(
-        None, ge=0, le=REQUEST_MAX_TAG_SAMPLES, description="sentences tagged by the model: average the arc "
+        None, ge=0, le=MAX_TAG_SAMPLES, description="sentences tagged by the model: average the arc "
         "marginals and the label distributions over the best tags and this many tag sequences drawn from the "
         "tagger's posterior (head and label probabilities that account for tagging uncertainty; one more parse "
         "per distinct sequence; /parse and "
-        "/marginals only). Default: the model's (GET /models), 0 on the other routes")
+        "/marginals only; at most the service's max_tag_samples). Default: the model's (GET /models), 0 on the "
+        "other routes")
 
 
 class ParseRequest(BaseModel):
@@ -190,6 +189,9 @@ class ModelInfo(BaseModel):
     needs_tags: bool
     has_tokenizer: bool
     default_inference: str
+    inference_defaults: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="per inference method, the settings a request that leaves them out gets: "
+        "the model's, else the method's defaults")
     default_tag_samples: int = Field(0, description="inference.tag_samples of /parse and /marginals when a request "
                                      "does not give it")
 

@@ -332,3 +332,5 @@ def test_approximation_aware_model_is_decoded_with_its_training_iterations(tmp_p
     with running_app(tmp_path, models_dir=second.parent, default_model="erma") as client:
         np.testing.assert_allclose(served(client), rows(trained), rtol=0, atol=1e-12)
         np.testing.assert_allclose(served(client, iterations=5), rows(usual), rtol=0, atol=1e-12)
+        (info,) = client.get("/models").json()["models"]
+        assert info["inference_defaults"]["bp"] == {"iterations": 2, "schedule": "serial"}

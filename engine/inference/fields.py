@@ -16,7 +16,6 @@ import this module.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -73,16 +72,20 @@ class Declared:
     default: Any
 
 
-@functools.cache
+_DECLARED: dict[type, dict[str, Declared]] = {}
+
+
 def declared(config_class: type) -> dict[str, Declared]:
     """The settings a config class declares, by public name (a subclass's declaration of a field wins); the
     same dict on every call (do not change it)."""
-    out: dict[str, Declared] = {}
-    for f in dataclasses.fields(config_class):
-        spec = f.metadata.get("setting")
-        if spec is not None:
-            out[spec.name] = Declared(f.name, spec, f.default)
-    return out
+    if config_class not in _DECLARED:
+        out: dict[str, Declared] = {}
+        for f in dataclasses.fields(config_class):
+            spec = f.metadata.get("setting")
+            if spec is not None:
+                out[spec.name] = Declared(f.name, spec, f.default)
+        _DECLARED[config_class] = out
+    return _DECLARED[config_class]
 
 
 def check_settings(config: Any) -> None:

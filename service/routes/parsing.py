@@ -16,12 +16,12 @@ from pydantic import ValidationError
 
 from engine.data.conllu_io import Sentence
 from engine.parser import ParsedSentence
+from engine.pipeline import MAX_TAG_SAMPLES
 from service import parsing
 from service.inputs import sentences_from_request
 from service.problems import ProblemError
 from service.schemas import (
     MODEL_REF,
-    REQUEST_MAX_TAG_SAMPLES,
     ConfidenceResponse,
     KBestRequest,
     MarginalsResponse,
@@ -54,7 +54,9 @@ async def _run(state: ServiceState, req: ParseRequest, build: Builder, *, max_wo
         default = entry.default_tag_samples if tag_samples_ok else 0
         req = req.model_copy(update={"inference": req.inference.model_copy(update={"tag_samples": default})})
     parsing.resolve_method(entry, req.inference)
-    for name, limit in (("iterations", state.settings.max_iterations), ("rounds", state.settings.max_rounds)):
+    limits = state.settings  # the service's caps; the engine's bounds are the schema's
+    for name, limit in (("iterations", limits.max_iterations), ("rounds", limits.max_rounds),
+                        ("tag_samples", limits.max_tag_samples)):
         value = getattr(req.inference, name)
         if value is not None and value > limit:
             raise ProblemError(422, "Invalid input", f"inference.{name} is at most {limit}", kind="invalid-input",
@@ -103,7 +105,7 @@ async def marginals_get(
     model: Annotated[str | None, Query(pattern=MODEL_REF)] = None,
     method: Annotated[str | None, Query(pattern="^(exact|bp|relaxed)$")] = None,
     iterations: Annotated[int | None, Query(ge=1, description="as inference.iterations of POST /marginals")] = None,
-    tag_samples: Annotated[int | None, Query(ge=0, le=REQUEST_MAX_TAG_SAMPLES,
+    tag_samples: Annotated[int | None, Query(ge=0, le=MAX_TAG_SAMPLES,
                                              description="as inference.tag_samples of POST /marginals")] = None,
 ) -> JSONResponse:
     """The same as ``POST /marginals`` for one sentence given in the query string."""
