@@ -3,9 +3,9 @@
 A config (``engine.inference.bp.BPConfig``, ``engine.inference.relaxed.RelaxedConfig`` / ``PrunedConfig``)
 marks each setting a user may give with ``setting(default, Setting(...))``: the dataclass default is the
 algorithm's default, and the ``Setting`` holds the bounds and the public name. The public name is the key
-in a model manifest's ``inference.<method>`` block, in an HTTP request's ``inference`` object and, as
-``--name`` with ``-`` for ``_``, on the command line, whatever the field is called inside the config (BP's
-``max_iterations`` and relaxed BP's ``bp_iterations`` are both ``iterations``).
+in a model manifest's ``inference.<method>`` block and in an HTTP request's ``inference`` object, whatever the
+field is called inside the config (BP's ``max_iterations`` and relaxed BP's ``bp_iterations`` are both
+``iterations``; ``engine.cli`` maps its flags, e.g. ``--bp-iterations``, to these names).
 
 ``check_settings(config)`` validates every declared value in the config's ``__post_init__``;
 ``engine.inference.settings`` resolves a config from a model's manifest and the user's values; the

@@ -58,7 +58,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -111,8 +111,7 @@ class RelaxedConfig(_Settings):
     solve (stopping earlier when no belief changes by more than ``tolerance``). ``warm_start`` starts each
     solve from the previous solve's messages (new factors from uninformative ones)."""
 
-    bp_iterations: int = setting(50, Setting("iterations", int, "at most this many BP iterations per round",
-                                             minimum=1))
+    bp_iterations: int = setting(50, replace(ITERATIONS, help="at most this many BP iterations per round"))
     epsilon: float = setting(1e-4, Setting("epsilon", float, "gain threshold for adding a factor", minimum=0.0))
     rounds: int | None = setting(None, Setting("rounds", int, "at most this many rounds of adding factors "
                                                "(None: until no factor is added)", minimum=1, optional=True))
