@@ -21,10 +21,12 @@ import functools
 import importlib
 import io
 import json
+import os
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 # (stage, module, attribute): each patched where the caller looks the name up
@@ -83,6 +85,8 @@ class Stopwatch:
 
 
 def _resolve(path: str) -> Any:
+    """The module or class ``path`` names; None when this version of the engine has no such thing (the
+    script also profiles older checkouts: ``--engine DIR``)."""
     parts = path.split(".")
     for i in range(len(parts), 0, -1):
         try:
@@ -90,9 +94,11 @@ def _resolve(path: str) -> Any:
         except ModuleNotFoundError:
             continue
         for attr in parts[i:]:
-            obj = getattr(obj, attr)
+            obj = getattr(obj, attr, None)
+            if obj is None:
+                return None
         return obj
-    raise ImportError(path)
+    return None
 
 
 @contextlib.contextmanager
@@ -101,7 +107,7 @@ def patched(watch: Stopwatch) -> Iterator[None]:
     undo: list[tuple[Any, str, Any]] = []
     for stage, owner_path, attr in STAGES:
         owner = _resolve(owner_path)
-        if not hasattr(owner, attr):
+        if owner is None or not hasattr(owner, attr):
             continue
         original = getattr(owner, attr)
         undo.append((owner, attr, original))
@@ -111,13 +117,20 @@ def patched(watch: Stopwatch) -> Iterator[None]:
 
     def over(sentences: Any, samples: Any, parse: Callable[..., Any], constraint: Any, labeler: Any,
              parse_unlabelled: Callable[..., Any] | None = None) -> Any:
-        def copies(batch: list[Any]) -> Any:
-            watch.sample_round = True
-            try:
-                return (parse_unlabelled or parse)(batch)
-            finally:
-                watch.sample_round = False
-        return original_over(sentences, samples, parse, constraint, labeler, copies)
+        calls = [0]
+
+        def counted(parser: Callable[..., Any]) -> Callable[..., Any]:
+            def run(batch: list[Any]) -> Any:  # every call after the first parses copies under tag samples
+                watch.sample_round = calls[0] > 0
+                calls[0] += 1
+                try:
+                    return parser(batch)
+                finally:
+                    watch.sample_round = False
+            return run
+        if parse_unlabelled is None:  # an engine before the unlabelled copies (``--engine``)
+            return original_over(sentences, samples, counted(parse), constraint, labeler)
+        return original_over(sentences, samples, counted(parse), constraint, labeler, counted(parse_unlabelled))
 
     undo.append((tag_marginal, "parse_over_tag_samples", original_over))
     tag_marginal.parse_over_tag_samples = over
@@ -157,8 +170,13 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("--model", default="models/en_ewt")
     ap.add_argument("--from-text", action="store_true", help="parse the raw text (tokenising included)")
     ap.add_argument("--json", action="store_true", help="print one JSON line instead of the table")
+    ap.add_argument("--engine", help="profile the engine of another checkout (its root directory), e.g. a "
+                    "`git worktree` of an older commit, for before/after tables")
     ap.add_argument("rest", nargs="*", help="after --: more evaluate arguments")
     ns = ap.parse_args(args)
+    if ns.engine:
+        sys.path.insert(0, str(Path(ns.engine).resolve()))
+        os.chdir(ns.engine)
     argv = ["--model", ns.model, "--data", ns.data, *(["--from-text"] if ns.from_text else ["--tags", "predicted"]),
             *ns.rest]
     result = profile(argv)

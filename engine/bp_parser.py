@@ -25,9 +25,10 @@ from engine.features.extract import FeatureExtractor, Tokens
 from engine.features.second_order import TripleTemplate
 from engine.graph.build import SentenceGraph, build_graph
 from engine.graph.family import all_arcs
-from engine.inference.bp import BPConfig, BPResult
+from engine.inference.bp import BPResult
 from engine.inference.exact import TreeConstraint, exact_marginals
 from engine.inference.relaxed import InferenceConfig, RelaxedResult, infer_many
+from engine.inference.settings import resolve
 from engine.model.store import ModelError, StoredModel, half_precision, load_model, read_manifest, save_model
 from engine.parser import UNLABELLED, FirstOrderParser, ParsedSentence, load_common, model_manifest
 from engine.scoring.fused import ArcScorer
@@ -149,11 +150,12 @@ class BPParser:
 
     def parse(self, sentences: Sequence[Tokens], config: InferenceConfig | None = None,
               batch_size: int = 64, labels: bool = True) -> list[ParsedSentence]:
-        """BP (``BPConfig``), relaxed BP (``RelaxedConfig``) or pruned BP (``PrunedConfig``) per sentence,
+        """BP (``BPConfig``; default: ``engine.inference.settings.resolve`` for this model), relaxed BP
+        (``RelaxedConfig``) or pruned BP (``PrunedConfig``) per sentence,
         the sentences of one length stacked (``infer_many``); the diagnostics' ``inference_seconds`` is the
         time of inference alone (no features, no decoding), a stack's time shared equally by its sentences.
         Without ``labels`` the parses carry no labels (``UNLABELLED``: for callers that label afterwards)."""
-        config = config or BPConfig(max_iterations=5, schedule="serial")
+        config = config or resolve("bp", self.manifest)  # the model's BP settings, else BP's defaults
         out: list[ParsedSentence | None] = [None] * len(sentences)
         for batch in self.graph_batches(sentences, batch_size=batch_size):
             start = time.perf_counter()

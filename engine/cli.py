@@ -18,6 +18,8 @@ import numpy as np
 
 from engine.data.conllu_io import ConlluError, format_sentence, read_conllu, write_conllu
 from engine.decode.labeler import label_arcs
+from engine.inference.bp import SCHEDULES
+from engine.inference.settings import method_settings, resolve
 from engine.model.store import ModelError
 from engine.training import options as train_options
 from engine.training.pipeline import check_parsable
@@ -43,13 +45,20 @@ def _add_model_io(p: argparse.ArgumentParser) -> None:
                    "first-order models, bp for higher-order ones (exact is only valid for first-order models); "
                    "relaxed: Riedel & Smith (2010) Algorithm 1, BP over the higher-order factors whose gain exceeds "
                    "--epsilon; pruned: BP without the higher-order factors with |weight| < --prune-threshold")
-    p.add_argument("--bp-iterations", type=int, help="at most this many BP iterations (per round for relaxed; "
-                   "default 5, relaxed 50)")
-    p.add_argument("--epsilon", type=float, default=1e-4, help="relaxed: gain threshold for adding a factor")
-    p.add_argument("--rounds", type=_rounds, default=None, metavar="R|inf",
-                   help="relaxed: at most R rounds of adding factors (default inf: until none is added)")
-    p.add_argument("--prune-threshold", type=float, default=0.1, help="pruned: drop factors with |weight| below this")
-    p.add_argument("--schedule", choices=["serial", "flooding"], default="serial")
+    # the inference settings: None (not given) -> the model's (manifest inference.<method>), else the method's
+    # declared default (engine.inference.settings)
+    p.add_argument("--bp-iterations", type=int, help="at most this many BP iterations (per round for relaxed); "
+                   f"default: the model's, else {_default('bp', 'iterations')} (pruned "
+                   f"{_default('pruned', 'iterations')}, relaxed {_default('relaxed', 'iterations')})")
+    p.add_argument("--epsilon", type=float, help="relaxed: gain threshold for adding a factor (default: the "
+                   f"model's, else {_default('relaxed', 'epsilon'):g})")
+    p.add_argument("--rounds", type=_rounds, default=argparse.SUPPRESS, metavar="R|inf",
+                   help="relaxed: at most R rounds of adding factors (default: the model's, else "
+                   f"{_default('relaxed', 'rounds') or 'inf'}; inf: until none is added)")
+    p.add_argument("--prune-threshold", type=float, help="pruned: drop factors with |weight| below this (default: "
+                   f"the model's, else {_default('pruned', 'threshold'):g})")
+    p.add_argument("--schedule", choices=SCHEDULES, help="BP's order of updates (default: the model's, else "
+                   f"{_default('bp', 'schedule')})")
     p.add_argument("--no-prune", action="store_true", help="with --inference bp: build the factor graph over all "
                    "arcs instead of those the model's first-order pruner keeps")
     p.add_argument("--constraint", choices=["tree", "ptree", "exactly1", "atmost1", "not2", "exactly1+no2cycle"],
@@ -59,6 +68,22 @@ def _add_model_io(p: argparse.ArgumentParser) -> None:
                    "over the best tags and K tag sequences drawn from the tagger's posterior (up to K + 1 parses; "
                    "better calibrated head and label probabilities); default: the model's (manifest "
                    "inference.tag_samples, 0 if absent), 0 with --kbest, --samples or --constraint")
+
+
+def _default(method: str, name: str) -> Any:
+    """The declared default of an inference setting (for the help texts)."""
+    return method_settings(method)[name].default
+
+
+# command-line flag (argparse dest) -> public name of the inference setting it gives
+_INFERENCE_FLAGS = {"bp_iterations": "iterations", "epsilon": "epsilon", "rounds": "rounds",
+                    "prune_threshold": "threshold", "schedule": "schedule"}
+
+
+def _given_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The inference settings given on the command line, by public name (``--rounds inf`` gives None)."""
+    return {name: getattr(args, dest) for dest, name in _INFERENCE_FLAGS.items()
+            if hasattr(args, dest) and (getattr(args, dest) is not None or dest == "rounds")}
 
 
 def _rounds(text: str) -> int | None:
@@ -126,8 +151,6 @@ class UsageError(ValueError):
 def _load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
     """The pipeline and a function ``parse(sentences)`` running the requested inference with its parser."""
     from engine.bp_parser import BPParser
-    from engine.inference.bp import BPConfig
-    from engine.inference.relaxed import InferenceConfig, PrunedConfig, RelaxedConfig
     from engine.pipeline import Pipeline
 
     pipeline = Pipeline.load(args.model)
@@ -146,16 +169,8 @@ def _load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
     model.decode_constraint = args.constraint
     if args.no_prune:
         model.pruner = None
-    config: InferenceConfig
     try:
-        if inference == "relaxed":
-            config = RelaxedConfig(epsilon=args.epsilon, rounds=args.rounds, bp_iterations=args.bp_iterations or 50,
-                                   schedule=args.schedule)
-        elif inference == "pruned":
-            config = PrunedConfig(threshold=args.prune_threshold, bp_iterations=args.bp_iterations or 5,
-                                  schedule=args.schedule)
-        else:
-            config = BPConfig(max_iterations=args.bp_iterations or 5, schedule=args.schedule)
+        config = resolve(inference, pipeline.manifest, _given_settings(args))
     except ValueError as e:
         raise UsageError(f"--inference {inference}: {e}") from e
     return pipeline, lambda sentences, labels=True: model.parse(sentences, config, args.batch_size, labels)
@@ -175,8 +190,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_average(args: argparse.Namespace) -> int:
-    from engine.bp_parser import BPParser
-    from engine.inference.bp import BPConfig
     from engine.pipeline import Pipeline
     from engine.training.average import average_parsers
 
@@ -187,7 +200,7 @@ def cmd_average(args: argparse.Namespace) -> int:
     if args.tag_samples and parts["tagger"] is None:
         raise UsageError("--tag-samples needs a tagger: add --components-from PIPELINE")
     if args.tag_samples is not None:
-        parser.manifest["inference"] = {"tag_samples": args.tag_samples}
+        parser.manifest["inference"] = {**(parser.manifest.get("inference") or {}), "tag_samples": args.tag_samples}
     pipeline = Pipeline(parser, **parts)
     extra: dict[str, Any] = {"name": args.name or Path(args.out).name}
     if args.components_from:
@@ -199,13 +212,9 @@ def cmd_average(args: argparse.Namespace) -> int:
         gold = read_conllu(args.dev)
         check_parsable(gold, args.dev)
         args.pipeline, args.model, args.tag_samples = pipeline, args.out, pipeline.default_tag_samples
-
-        def parse(sentences: list[Any], labels: bool = True) -> list[Any]:
-            if isinstance(parser, BPParser):
-                return parser.parse(sentences, BPConfig(max_iterations=5, schedule="serial"), labels=labels)
-            return parser.parse(sentences, labels=labels)
-
-        extra["metrics"] = {"dev": _score_gold_tokens(args, parse, gold, predicted=pipeline.tagger is not None)[0]}
+        # exact marginals, or BP with the model's settings (engine.inference.settings)
+        extra["metrics"] = {"dev": _score_gold_tokens(args, parser.parse, gold,
+                                                      predicted=pipeline.tagger is not None)[0]}
     pipeline.save(args.out, extra)
     print(json.dumps({"model": args.out, "averaged": len(args.models), "components": pipeline.components,
                       "dev": extra.get("metrics", {}).get("dev")}, indent=2))

@@ -27,6 +27,7 @@ import numpy as np
 from engine.bp_parser import BPParser, load_any
 from engine.data.conllu_io import Sentence, read_conllu
 from engine.decode.tag_marginal import TagSequence
+from engine.inference.settings import check_manifest
 from engine.model.store import ModelError, load_model
 from engine.parser import FirstOrderParser
 
@@ -104,6 +105,10 @@ class Pipeline:
         if not valid_tag_samples(k):
             raise ModelError(f"{directory}: manifest inference.tag_samples must be an integer from 0 to "
                              f"{MAX_TAG_SAMPLES}, got {k!r}")
+        try:
+            check_manifest(stored.manifest)
+        except ValueError as e:
+            raise ModelError(f"{directory}: {e}") from e
         return cls(parser, **parts)
 
     def save(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None,

@@ -36,7 +36,8 @@ Errors are `application/problem+json` (RFC 9457) naming the offending `field`, `
 request body {s.max_body_bytes} bytes (413), upload to /jobs {s.max_upload_bytes} bytes (413),
 {s.max_words} words per sentence (422; {s.max_words_kbest} for /kbest and /sample),
 {s.max_sentences} sentences and {s.max_request_words} words per request (422), k <= {s.max_k}, n <= {s.max_n},
-{s.max_iterations} BP iterations; at most {s.max_pending} requests in flight, beyond that 503 with Retry-After.
+{s.max_iterations} BP iterations, {s.max_rounds} relaxed rounds and {s.max_tag_samples} tag samples;
+at most {s.max_pending} requests in flight, beyond that 503 with Retry-After.
 With `API_KEY` set, the /jobs routes need `Authorization: Bearer <key>` (401).
 """
 
@@ -82,7 +83,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = Metrics()
     state = ServiceState(
         settings=settings,
-        registry=ModelRegistry(settings.models_dir, settings.trained_dir, settings.default_model),
+        registry=ModelRegistry(settings.models_dir, settings.trained_dir, settings.default_model,
+                               settings.max_tag_samples),
         admission=Admission(settings.parse_threads, settings.max_pending, settings.retry_after_seconds,
                             metrics.rejected.inc),
         metrics=metrics,

@@ -15,8 +15,8 @@ import numpy as np
 from engine.bp_parser import BPParser
 from engine.data.conllu_io import Sentence, format_sentence
 from engine.decode.tag_marginal import TagSequence, parse_over_tag_samples
-from engine.inference.bp import BPConfig
-from engine.inference.relaxed import RelaxedConfig, marginal_interval
+from engine.inference.relaxed import InferenceConfig, marginal_interval
+from engine.inference.settings import method_settings, resolve
 from engine.parser import ParsedSentence
 from service.problems import ProblemError
 from service.registry import ModelEntry
@@ -50,11 +50,19 @@ def _infer(entry: ModelEntry, sentences: list[Sentence], options: InferenceOptio
         for p in parsed:
             p.diagnostics = {"method": "exact", "iterations": None, "converged": True, "residual": None}
         return parsed
-    if method == "relaxed":
-        relaxed = RelaxedConfig(epsilon=options.epsilon, rounds=options.rounds, bp_iterations=options.iterations)
-        return entry.bp_parser().parse(sentences, relaxed, labels=labels)
-    config = BPConfig(max_iterations=options.iterations, schedule="serial")
-    return entry.bp_parser().parse(sentences, config, labels=labels)
+    return entry.bp_parser().parse(sentences, inference_config(entry, method, options), labels=labels)
+
+
+def inference_config(entry: ModelEntry, method: str, options: InferenceOptions) -> InferenceConfig:
+    """The config of a BP-based ``method``: the request's values where it gave them, else the model's, else the
+    method's defaults (``engine.inference.settings``, as on the command line)."""
+    table = method_settings(method)
+    given = {name: getattr(options, name) for name in options.model_fields_set & set(table)
+             if getattr(options, name) is not None or table[name].spec.optional}
+    try:
+        return resolve(method, entry.manifest, given)
+    except ValueError as e:
+        raise ProblemError(422, "Invalid input", str(e), kind="invalid-input", field="inference") from e
 
 
 def _finite(values: np.ndarray, what: str) -> list[Any]:

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.bp_parser import BPParser
+from engine.inference.fields import declared
+from engine.inference.settings import resolve
 from engine.model.store import ModelError
 from engine.parser import FirstOrderParser
-from engine.pipeline import Pipeline
-from service.schemas import REQUEST_MAX_TAG_SAMPLES
+from engine.pipeline import MAX_TAG_SAMPLES, Pipeline
 from service.settings import MODEL_NAME
 
 log = logging.getLogger("service.registry")
@@ -42,6 +43,7 @@ class ModelEntry:
     manifest: dict[str, Any]
     alias_of: str | None = None
     shipped: bool = False
+    max_tag_samples: int = MAX_TAG_SAMPLES  # the service's cap on a request's tag samples (service.settings)
     _bp_view: BPParser | None = field(default=None, repr=False)
 
     @property
@@ -69,7 +71,16 @@ class ModelEntry:
     def default_tag_samples(self) -> int:
         """``inference.tag_samples`` of /parse and /marginals when a request does not give it: the model's
         default, capped at what a request may ask for."""
-        return min(self.pipeline.default_tag_samples, REQUEST_MAX_TAG_SAMPLES)
+        return min(self.pipeline.default_tag_samples, self.max_tag_samples)
+
+    @property
+    def inference_defaults(self) -> dict[str, dict[str, Any]]:
+        """What a request leaving the settings of a BP-based method out gets (``engine.inference.settings``)."""
+        out = {}
+        for method in ("bp", "relaxed"):
+            config = resolve(method, self.manifest)
+            out[method] = {name: getattr(config, d.field) for name, d in declared(type(config)).items()}
+        return out
 
     def bp_parser(self) -> BPParser:
         """The model as a BP parser (a first-order model runs as LINK + TREE)."""
@@ -94,7 +105,7 @@ class ModelEntry:
                 "metrics": man.get("metrics"), "settings": settings, "alias_of": self.alias_of,
                 "components": self.pipeline.components, "needs_tags": self.needs_tags,
                 "has_tokenizer": self.has_tokenizer,
-                "default_inference": self.default_method,
+                "default_inference": self.default_method, "inference_defaults": self.inference_defaults,
                 "default_tag_samples": self.default_tag_samples}
 
 
@@ -103,8 +114,11 @@ class UnknownModel(LookupError):
 
 
 class ModelRegistry:
-    def __init__(self, models_dir: Path, trained_dir: Path, default: str) -> None:
+    def __init__(self, models_dir: Path, trained_dir: Path, default: str, max_tag_samples: int = MAX_TAG_SAMPLES
+                 ) -> None:
+        """``max_tag_samples``: the service's cap on tag samples per request, to which model defaults are cut."""
         self.models_dir, self.trained_dir, self.default = Path(models_dir), Path(trained_dir), default
+        self.max_tag_samples = max_tag_samples
         self._models: dict[str, dict[int, ModelEntry]] = {}
         self._failed: set[Path] = set()
         self._lock = threading.Lock()
@@ -118,7 +132,7 @@ class ModelRegistry:
             self._failed.add(path)
             return None
         log.info("loaded model %s v%d from %s (%s)", name, version, path, ", ".join(pipeline.components))
-        return ModelEntry(name, version, path, pipeline, pipeline.manifest)
+        return ModelEntry(name, version, path, pipeline, pipeline.manifest, max_tag_samples=self.max_tag_samples)
 
     def load_shipped(self) -> None:
         """Load every model in ``models_dir`` and resolve its aliases (called once at start-up)."""
@@ -152,7 +166,8 @@ class ModelRegistry:
                     continue
                 src = versions[max(versions)]
                 self._models[alias] = {src.version: ModelEntry(alias, src.version, src.path, src.pipeline,
-                                                               src.manifest, alias_of=target, shipped=True)}
+                                                               src.manifest, alias_of=target, shipped=True,
+                                                               max_tag_samples=self.max_tag_samples)}
 
     def refresh(self) -> list[ModelEntry]:
         """Load model versions that training jobs have published since the last call; returns them."""

@@ -10,14 +10,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from engine.inference.settings import method_settings
+from engine.pipeline import MAX_TAG_SAMPLES
+
 MODEL_REF = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[0-9]{1,9})?$"
 """A model reference: a name, optionally ``@version`` (``my-model@2``); the newest version by default."""
 
 
-REQUEST_MAX_TAG_SAMPLES = 16  # per request (a model default above it is capped here)
+_BP, _RELAXED = method_settings("bp"), method_settings("relaxed")  # declared beside the algorithms
 
 
 class InferenceOptions(BaseModel):
+    """Per-request inference settings: a value left out is the model's (manifest ``inference.<method>``), else
+    the method's default (``engine.inference.settings``); the lower bounds are the engine's, the upper ones the
+    service's limits (``service.settings``), checked with the request."""
+
     model_config = ConfigDict(extra="forbid")
 
     method: Literal["exact", "bp", "relaxed"] | None = Field(
@@ -25,16 +32,23 @@ class InferenceOptions(BaseModel):
         "propagation (Smith & Eisner 2008) over every factor; relaxed: Riedel & Smith 2010 Algorithm 1, BP over "
         "the higher-order factors whose gain exceeds epsilon, with the bound eta of what was left out. "
         "Default: exact for first-order models, bp for higher-order ones.")
-    iterations: int = Field(5, ge=1, le=50, description="BP iterations (bp; relaxed: at most this many per round)")
-    epsilon: float = Field(1e-4, ge=0.0, le=1.0, description="gain threshold of relaxed inference")
-    rounds: int | None = Field(None, ge=1, le=100, description="relaxed: at most this many rounds of adding "
-                               "factors (default: until no factor's gain exceeds epsilon)")
+    iterations: int | None = Field(
+        None, ge=_BP["iterations"].spec.minimum, description="BP iterations (bp; relaxed: at most this many per "
+        f"round). Default: the model's, else {_BP['iterations'].default} for bp and "
+        f"{_RELAXED['iterations'].default} per round for relaxed")
+    epsilon: float | None = Field(None, ge=_RELAXED["epsilon"].spec.minimum, allow_inf_nan=False,
+                                  description="gain threshold of relaxed inference (default: the model's, else "
+                                  f"{_RELAXED['epsilon'].default:g})")
+    rounds: int | None = Field(None, ge=_RELAXED["rounds"].spec.minimum, description="relaxed: at most this many "
+                               "rounds of adding factors (default: the model's, else until no factor's gain "
+                               "exceeds epsilon; null: no limit)")
     tag_samples: int | None = Field(
-        None, ge=0, le=REQUEST_MAX_TAG_SAMPLES, description="sentences tagged by the model: average the arc "
+        None, ge=0, le=MAX_TAG_SAMPLES, description="sentences tagged by the model: average the arc "
         "marginals and the label distributions over the best tags and this many tag sequences drawn from the "
         "tagger's posterior (head and label probabilities that account for tagging uncertainty; one more parse "
         "per distinct sequence; /parse and "
-        "/marginals only). Default: the model's (GET /models), 0 on the other routes")
+        "/marginals only; at most the service's max_tag_samples). Default: the model's (GET /models), 0 on the "
+        "other routes")
 
 
 class ParseRequest(BaseModel):
@@ -175,6 +189,9 @@ class ModelInfo(BaseModel):
     needs_tags: bool
     has_tokenizer: bool
     default_inference: str
+    inference_defaults: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="per inference method, the settings a request that leaves them out gets: "
+        "the model's, else the method's defaults")
     default_tag_samples: int = Field(0, description="inference.tag_samples of /parse and /marginals when a request "
                                      "does not give it")
 

@@ -14,6 +14,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from engine.pipeline import MAX_TAG_SAMPLES
+
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 """A model name: letters, digits, ``.``, ``_``, ``-`` (no path separators, no leading dot)."""
 
@@ -57,6 +59,11 @@ class Settings(BaseSettings):
     max_k: int = Field(100, ge=1, description="largest k for /kbest")
     max_n: int = Field(1000, ge=1, description="largest n for /sample")
     max_iterations: int = Field(50, ge=1, description="largest number of BP iterations a request may ask for")
+    max_rounds: int = Field(100, ge=1, description="largest number of relaxed-inference rounds a request may ask "
+                            "for")
+    max_tag_samples: int = Field(16, ge=0, le=MAX_TAG_SAMPLES, description="largest inference.tag_samples a "
+                                 "request may ask for; a model's default above it is capped to it (the engine "
+                                 f"allows up to {MAX_TAG_SAMPLES})")
 
     # concurrency
     parse_threads: int = Field(2, ge=1, description="requests parsed at the same time (threads)")

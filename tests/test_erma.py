@@ -274,3 +274,63 @@ def test_cli_trains_with_each_objective(tmp_path, capsys: pytest.CaptureFixture[
     assert main(["train", *common, "--out", str(tmp_path / "x"), "--anneal", "hot"]) == 2
     assert "--anneal must be two temperatures" in capsys.readouterr().err
     assert main(["train", *common, "--out", str(tmp_path / "x"), "--objective", "l2+ar", "--epochs", "1"]) == 2
+
+
+def test_approximation_aware_model_is_decoded_with_its_training_iterations(tmp_path, capsys) -> None:
+    """A model trained through T BP iterations (here 2) is decoded with T iterations by the CLI and the service
+    unless the caller gives another number: the beliefs equal those of BP run with T iterations explicitly,
+    and differ from those of the usual default (5), which the caller still gets by asking for it."""
+    import io
+
+    from service_helpers import running_app
+
+    from engine.cli import _load_parser, build_parser, main
+    from engine.data.conllu_io import read_conllu
+    from engine.pipeline import Pipeline
+
+    toy = tmp_path / "toy.conllu"
+    toy.write_text(TOY * 6, encoding="utf-8")
+    common = ["--train", str(toy), "--quiet", "--components", "parser", "--batch-size", "4", "--dim", "4096"]
+    first, second = tmp_path / "o1", tmp_path / "models" / "erma"
+    assert main(["train", *common, "--out", str(first), "--epochs", "1"]) == 0
+    assert main(["train", *common, "--out", str(second), "--order", "2", "--pruner", str(first), "--epochs", "1",
+                 "--second-dim", "2048", "--bp-iterations", "2", "--objective", "l2"]) == 0
+    capsys.readouterr()
+    # on 12 toy sentences the trained higher-order weights stay 0 and BP settles in 2 iterations whatever the
+    # limit: give them values (the manifest, with what training recorded, is kept) so that the limit matters
+    pipeline = Pipeline.load(second)
+    weights, dim = pipeline.parser.weights, pipeline.parser.extractor.dim
+    weights[dim:] = np.random.default_rng(0).normal(0.0, 2.0, len(weights) - dim)
+    pipeline.save(second)
+    words = "the dog barks . cats sleep the cats".split()
+    tags = "DET NOUN VERB PUNCT NOUN VERB DET NOUN".split()
+    xpos = "DT NN VBZ . NNS VBP DT NNS".split()
+    conllu = "".join(f"{i}\t{w}\t_\t{u}\t{x}\t_\t_\t_\t_\t_\n"
+                     for i, (w, u, x) in enumerate(zip(words, tags, xpos, strict=True), start=1)) + "\n"
+    sentences = read_conllu(io.StringIO(conllu), name="<test>", strict_heads=False)
+    model = Pipeline.load(second).parser
+    trained, usual = (model.parse(sentences, BPConfig(max_iterations=t, schedule="serial"))[0].marginals
+                      for t in (2, 5))
+    assert np.abs(trained - usual).max() > 1e-6  # the number of iterations matters for this sentence
+
+    def cli(*extra: str) -> np.ndarray:
+        _, parse = _load_parser(build_parser().parse_args(["parse", "--model", str(second), *extra]))
+        return parse(sentences)[0].marginals
+
+    np.testing.assert_allclose(cli(), trained, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(cli("--bp-iterations", "5"), usual, rtol=0, atol=1e-12)
+
+    def served(client: object, **options: object) -> np.ndarray:
+        r = client.post("/marginals", json={"conllu": conllu, "inference": options})  # type: ignore[attr-defined]
+        assert r.status_code == 200, r.text
+        return np.array(r.json()["sentences"][0]["marginals"])
+
+    def rows(marginals: np.ndarray) -> np.ndarray:  # the /marginals layout
+        out = np.clip(marginals[:, 1:].T, 0.0, 1.0)
+        return out / out.sum(axis=1, keepdims=True)
+
+    with running_app(tmp_path, models_dir=second.parent, default_model="erma") as client:
+        np.testing.assert_allclose(served(client), rows(trained), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(served(client, iterations=5), rows(usual), rtol=0, atol=1e-12)
+        (info,) = client.get("/models").json()["models"]
+        assert info["inference_defaults"]["bp"] == {"iterations": 2, "schedule": "serial"}

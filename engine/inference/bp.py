@@ -34,30 +34,32 @@ import numpy as np
 from scipy.special import expit
 
 from engine.graph.family import ArcFamily, FactorFamily, Messages
+from engine.inference.fields import Setting, check_settings, setting
 
 SCHEDULES = ("flooding", "serial")
+ITERATIONS = Setting("iterations", int, "at most this many BP iterations", minimum=1)
+SCHEDULE = Setting("schedule", str, "order of the factor updates in an iteration", choices=SCHEDULES)
 
 
 @dataclass(frozen=True)
 class BPConfig:
-    """Settings of loopy BP, validated once."""
+    """Settings of loopy BP, validated once. ``iterations`` (``max_iterations``) and ``schedule`` are the
+    user-facing ones (``engine.inference.fields``): these defaults are BP's for the parser, the command
+    line and the service alike, unless a model's manifest states its own (``engine.inference.settings``)."""
 
-    max_iterations: int = 5
+    max_iterations: int = setting(5, ITERATIONS)
     # stop once no belief moves by more than this in an iteration: the parser prints marginals to four
     # decimals (HeadProb), and BP's own error against exact marginals is of order 1e-2
     tolerance: float = 1e-5
     damping: float = 0.0
-    schedule: str = "flooding"
+    schedule: str = setting("serial", SCHEDULE)
     keep_tape: bool = False
     clip: float = 1e4  # bound on |message log-odds|: hard factors send +-inf otherwise
 
     def __post_init__(self) -> None:
-        if self.max_iterations < 1:
-            raise ValueError("max_iterations must be at least 1")
+        check_settings(self)
         if not 0.0 <= self.damping < 1.0:
             raise ValueError("damping must be in [0, 1)")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if self.tolerance < 0 or self.clip <= 0:
             raise ValueError("tolerance must be >= 0 and clip > 0")
 

@@ -58,7 +58,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -67,6 +67,8 @@ from engine.graph.family import ArcFamily, FactorFamily
 from engine.graph.hard import Link
 from engine.graph.pairwise import PairFamily
 from engine.inference.bp import (
+    ITERATIONS,
+    SCHEDULE,
     STACK_MESSAGES,
     BPConfig,
     BPResult,
@@ -77,6 +79,7 @@ from engine.inference.bp import (
     stack_chunks,
     stack_graphs,
 )
+from engine.inference.fields import Setting, check_settings, setting
 
 __all__ = ["PrunedConfig", "RelaxedConfig", "RelaxedResult", "eta_bound", "factor_gain", "infer", "infer_many",
            "marginal_interval", "pair_feature_expectations", "pruned_bp", "pruned_bp_many", "relaxed_bp",
@@ -85,19 +88,19 @@ __all__ = ["PrunedConfig", "RelaxedConfig", "RelaxedResult", "eta_bound", "facto
 
 @dataclass(frozen=True)
 class _Settings:
-    """The BP settings of each solve (``bp_iterations``, ``schedule``, ``tolerance`` as in ``BPConfig``)."""
+    """The BP settings of each solve (``bp_iterations`` - public name ``iterations`` -, ``schedule``,
+    ``tolerance`` as in ``BPConfig``, whose defaults they take unless a method declares its own)."""
 
-    bp_iterations: int = 10
-    schedule: str = "serial"
+    bp_iterations: int = setting(BPConfig.max_iterations, ITERATIONS)
+    schedule: str = setting(BPConfig.schedule, SCHEDULE)
     tolerance: float = BPConfig.tolerance
 
     @property
     def bp(self) -> BPConfig:
         return BPConfig(max_iterations=self.bp_iterations, schedule=self.schedule, tolerance=self.tolerance)
 
-    def _validate(self, name: str, value: float) -> None:
-        if not (math.isfinite(value) and value >= 0.0):
-            raise ValueError(f"{name} must be finite and >= 0, got {value}")
+    def __post_init__(self) -> None:
+        check_settings(self)
         self.bp  # noqa: B018  (validates the BP settings once)
 
 
@@ -108,15 +111,11 @@ class RelaxedConfig(_Settings):
     solve (stopping earlier when no belief changes by more than ``tolerance``). ``warm_start`` starts each
     solve from the previous solve's messages (new factors from uninformative ones)."""
 
-    bp_iterations: int = 50
-    epsilon: float = 1e-4
-    rounds: int | None = None
+    bp_iterations: int = setting(50, replace(ITERATIONS, help="at most this many BP iterations per round"))
+    epsilon: float = setting(1e-4, Setting("epsilon", float, "gain threshold for adding a factor", minimum=0.0))
+    rounds: int | None = setting(None, Setting("rounds", int, "at most this many rounds of adding factors "
+                                               "(None: until no factor is added)", minimum=1, optional=True))
     warm_start: bool = True
-
-    def __post_init__(self) -> None:
-        self._validate("epsilon", self.epsilon)
-        if self.rounds is not None and self.rounds < 1:
-            raise ValueError(f"rounds must be at least 1 (or None for no limit), got {self.rounds}")
 
     @property
     def label(self) -> str:
@@ -128,10 +127,8 @@ class PrunedConfig(_Settings):
     """Pruned(t) of Riedel & Smith §5.3: higher-order factors with |theta| < ``threshold`` are dropped
     before BP."""
 
-    threshold: float = 0.1
-
-    def __post_init__(self) -> None:
-        self._validate("threshold", self.threshold)
+    threshold: float = setting(0.1, Setting("threshold", float, "drop the higher-order factors with |weight| "
+                                           "below this", minimum=0.0))
 
     @property
     def label(self) -> str:

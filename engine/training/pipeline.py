@@ -217,7 +217,7 @@ def train_model(
                                           options.second_dim, prune=True)
         bp = BPConfig(max_iterations=options.bp_iterations, schedule="serial")
         # approximation-aware models are chosen (and scored) with the BP iterations they were trained for
-        inference = bp if options.objective != "cll" else BPConfig(max_iterations=5, schedule="serial")
+        inference = bp if options.objective != "cll" else BPConfig()  # BP's defaults for the others
 
         def dev_uas(weights: np.ndarray) -> float:
             saved, model.weights = model.weights, weights
@@ -285,13 +285,19 @@ def train_model(
     report("saving")
     from engine.pipeline import Pipeline
 
+    # the model's inference defaults (engine.inference.settings): its tag samples, and an approximation-aware
+    # BP model's iterations, those it was trained through
+    inference_block: dict[str, Any] = {"tag_samples": options.tag_samples} if options.tag_samples else {}
+    if "inference_iterations" in training:
+        inference_block["bp"] = {"iterations": training["inference_iterations"]}
+
     Pipeline(model, **parts).save(out_dir, {
         "name": options.name or Path(out_dir).name,
         "training": {**training, **result.config, **provenance, "skipped_trees": result.skipped,
                      "best_epoch": result.best_epoch, "history": result.history,
                      "seconds": round(result.seconds, 1), "interrupted": result.interrupted},
         "metrics": {"dev": dev_scores},
-        **({"inference": {"tag_samples": options.tag_samples}} if options.tag_samples else {}),
+        **({"inference": inference_block} if inference_block else {}),
         **(extra or {}),
     })
     report("done")

@@ -16,12 +16,12 @@ from pydantic import ValidationError
 
 from engine.data.conllu_io import Sentence
 from engine.parser import ParsedSentence
+from engine.pipeline import MAX_TAG_SAMPLES
 from service import parsing
 from service.inputs import sentences_from_request
 from service.problems import ProblemError
 from service.schemas import (
     MODEL_REF,
-    REQUEST_MAX_TAG_SAMPLES,
     ConfidenceResponse,
     KBestRequest,
     MarginalsResponse,
@@ -54,9 +54,13 @@ async def _run(state: ServiceState, req: ParseRequest, build: Builder, *, max_wo
         default = entry.default_tag_samples if tag_samples_ok else 0
         req = req.model_copy(update={"inference": req.inference.model_copy(update={"tag_samples": default})})
     parsing.resolve_method(entry, req.inference)
-    if req.inference.iterations > state.settings.max_iterations:
-        raise ProblemError(422, "Invalid input", f"at most {state.settings.max_iterations} BP iterations",
-                           kind="invalid-input", field="inference.iterations")
+    limits = state.settings  # the service's caps; the engine's bounds are the schema's
+    for name, limit in (("iterations", limits.max_iterations), ("rounds", limits.max_rounds),
+                        ("tag_samples", limits.max_tag_samples)):
+        value = getattr(req.inference, name)
+        if value is not None and value > limit:
+            raise ProblemError(422, "Invalid input", f"inference.{name} is at most {limit}", kind="invalid-input",
+                               field=f"inference.{name}")
     if req.output == "conllu" and not conllu_ok:
         raise ProblemError(422, "Invalid input", "output=conllu is available on /parse only", kind="invalid-input",
                            field="output")
@@ -100,16 +104,16 @@ async def marginals_get(
     xpos: Annotated[list[str] | None, Query(description="XPOS of each word, repeated")] = None,
     model: Annotated[str | None, Query(pattern=MODEL_REF)] = None,
     method: Annotated[str | None, Query(pattern="^(exact|bp|relaxed)$")] = None,
-    iterations: Annotated[int, Query(ge=1, le=50)] = 5,
-    tag_samples: Annotated[int | None, Query(ge=0, le=REQUEST_MAX_TAG_SAMPLES,
+    iterations: Annotated[int | None, Query(ge=1, description="as inference.iterations of POST /marginals")] = None,
+    tag_samples: Annotated[int | None, Query(ge=0, le=MAX_TAG_SAMPLES,
                                              description="as inference.tag_samples of POST /marginals")] = None,
 ) -> JSONResponse:
     """The same as ``POST /marginals`` for one sentence given in the query string."""
     try:
         req = ParseRequest(text=text, tokens=[tokens] if tokens is not None else None,
                            tags=[tags] if tags is not None else None, xpos=[xpos] if xpos is not None else None,
-                           model=model, inference={"method": method, "iterations": iterations,
-                                                   "tag_samples": tag_samples})
+                           model=model, inference={k: v for k, v in (("method", method), ("iterations", iterations),
+                                                                     ("tag_samples", tag_samples)) if v is not None})
     except ValidationError as e:
         raise RequestValidationError([{**err, "loc": ("query", *err["loc"])} for err in e.errors()]) from e
     return JSONResponse(await _run(state, req, parsing.marginals_json, tag_samples_ok=True))
