@@ -16,13 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from engine.data.conllu_io import ConlluError, format_sentence, read_conllu, write_conllu
+from engine.data.conllu_io import ConlluError, check_parsable, format_sentence, read_conllu, write_conllu
 from engine.decode.labeler import label_arcs
 from engine.inference.bp import SCHEDULES
 from engine.inference.settings import method_settings, resolve
 from engine.model.store import ModelError
 from engine.training import options as train_options
-from engine.training.pipeline import check_parsable
 
 log = logging.getLogger("engine")
 

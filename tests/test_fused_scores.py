@@ -67,12 +67,22 @@ def test_read_only_weights_get_one_table(half: bool) -> None:
     scorer = ArcScorer(EXTRACTOR, vectors)
     assert len(scorer.tables) == 1
     assert scorer.tables[0].dtype == (np.uint16 if half else np.float64)
+    assert scorer.tables[0].shape == (EXTRACTOR.dim, 2)
     assert scorer.serves(vectors)
     sentences = [Toks(["The", "dog", "barks", "."], ["DET", "NOUN", "VERB", "PUNCT"], ["DT", "NN", "VBZ", "."])]
     feats = EXTRACTOR.extract(sentences)
     got = scorer(sentences)
     for v, g in zip(vectors, got, strict=True):
         _same(arc_scores(v, feats), g)
+
+
+def test_one_read_only_float32_vector_gets_a_float32_table() -> None:
+    weights = np.random.default_rng(1).normal(size=EXTRACTOR.dim).astype(np.float32).astype(np.float64)
+    weights.flags.writeable = False
+    scorer = ArcScorer(EXTRACTOR, [weights])
+    assert [t.dtype for t in scorer.tables] == [np.float32]
+    sentences = [Toks(["a", "b", "c"], ["DET", "NOUN", "VERB"], ["DT", "NN", "VB"])]
+    _same(arc_scores(weights, EXTRACTOR.extract(sentences)), scorer(sentences)[0])
 
 
 def test_writable_weights_are_read_live() -> None:

@@ -159,6 +159,13 @@ def _sentence(lines: list[str], start: int, newline: str, bom: bool, label: str,
     )
 
 
+def check_parsable(sentences: Iterable[Sentence], source: str | os.PathLike[str]) -> None:
+    """Raise ``ConlluError`` for a sentence without words (nothing to parse or train on)."""
+    for s in sentences:
+        if s.n == 0:
+            raise ConlluError(source, s.start_line, "sentence has no words")
+
+
 def _decode(lines: Iterable[bytes], label: str) -> Iterator[str]:
     for lineno, raw in enumerate(lines, 1):
         try:

@@ -8,7 +8,6 @@ and are then combined with a multiply-xorshift mixer in wrapping uint64 arithmet
 from __future__ import annotations
 
 import zlib
-from functools import lru_cache
 
 import numpy as np
 from numba import njit  # type: ignore[import-untyped]
@@ -19,16 +18,32 @@ _S1 = np.uint64(31)
 _S2 = np.uint64(27)
 
 
-@lru_cache(maxsize=1 << 20)
-def hash_string(text: str) -> int:
-    """A stable 64-bit code for a string (CRC-32 of its UTF-8 bytes and of its reverse)."""
+_CODES: dict[str, int] = {}  # codes of the strings seen, up to _MAX_CODES of them (then it starts afresh)
+_MAX_CODES = 1 << 20
+
+
+def _code(text: str) -> int:
     data = text.encode("utf-8")
     return (zlib.crc32(data) << 32) | zlib.crc32(data[::-1], 0x5BD1E995)
 
 
+def hash_string(text: str) -> int:
+    """A stable 64-bit code for a string (CRC-32 of its UTF-8 bytes and of its reverse)."""
+    code = _CODES.get(text)
+    if code is None:
+        if len(_CODES) >= _MAX_CODES:
+            _CODES.clear()
+        code = _CODES[text] = _code(text)
+    return code
+
+
 def hash_strings(texts: list[str]) -> np.ndarray:
-    """``hash_string`` over a list -> uint64 array."""
-    return np.fromiter((hash_string(t) for t in texts), dtype=np.uint64, count=len(texts))
+    """``hash_string`` over a list -> uint64 array (one dictionary lookup per string once it has been seen)."""
+    codes = _CODES
+    try:
+        return np.array([codes[t] for t in texts], dtype=np.uint64).reshape(len(texts))
+    except KeyError:
+        return np.array([hash_string(t) for t in texts], dtype=np.uint64).reshape(len(texts))
 
 
 def mix(x: np.ndarray, y: np.ndarray | np.uint64) -> np.ndarray:

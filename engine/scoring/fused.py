@@ -149,16 +149,18 @@ def _context_codes(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _weight_tables(weights: Sequence[np.ndarray], dim: int) -> list[np.ndarray]:
-    """The weights as the kernel reads them: one interleaved (dim, W) table when there are several and every
-    one is read-only (a loaded model: built once, as float16 bits when that is exact, so that one cache line
-    serves every vector), else a (dim, 1) view of each vector (no copy; weights a trainer is changing stay
-    live)."""
-    if len(weights) == 1 or not all(not w.flags.writeable for w in weights):
+    """The weights as the kernel reads them. When every vector is read-only (a loaded model) the table is
+    built once: interleaved (dim, W), so that one cache line serves every vector, in the narrowest type that
+    holds the values exactly (float16 bits, float32, float64: the smaller the table, the more of it stays in
+    cache). Otherwise a (dim, 1) view of each vector (no copy; weights a trainer is changing stay live)."""
+    if not all(not w.flags.writeable for w in weights):
         return [np.asarray(w[:dim], dtype=np.float64)[:, None] for w in weights]
     table = np.stack([np.asarray(w[:dim], dtype=np.float64) for w in weights], axis=1)
-    half = table.astype(np.float16)
-    if np.array_equal(half.astype(np.float64), table):
-        return [half.view(np.uint16)]
+    for narrow in (np.float16, np.float32):
+        with np.errstate(over="ignore"):
+            cast = table.astype(narrow)
+        if np.array_equal(cast.astype(np.float64), table):
+            return [cast.view(np.uint16) if narrow == np.float16 else cast]
     return [table]
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.data.conllu_io import ConlluError, read_conllu
+from engine.data.conllu_io import ConlluError, check_parsable, read_conllu  # noqa: F401 (re-exported)
 from engine.training.options import TrainOptions, TrainOptionsError  # declared there; imported from here too
 
 log = logging.getLogger(__name__)
@@ -66,13 +66,6 @@ def _spans(order: int, train_pruner: bool, components: Sequence[str] = ("parser"
     else:
         spans["training"] = (start, end)
     return spans
-
-
-def check_parsable(sentences: Sequence[Any], source: PathLike) -> None:
-    """Raise ``ConlluError`` for a sentence without words (nothing to parse or train on)."""
-    for s in sentences:
-        if s.n == 0:
-            raise ConlluError(source, s.start_line, "sentence has no words")
 
 
 def attachment(gold: Sequence[Any], parsed: Sequence[Any]) -> dict[str, Any]:
