@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("BP_PARSER_DATA", ROOT.parent / "shared" / "data"))
 UID = 10001
 FORBIDDEN = {"tests", "bench", "docs", ".git", "data", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache",
-             ".mypy_cache", ".hypothesis"}
+             ".mypy_cache", ".hypothesis", ".benchmarks"}
 TEXT = "The parser tells you how sure it is. Dogs bark."
 WORDS, TAGS = ["Dogs", "bark", "."], ["NOUN", "VERB", "PUNCT"]
 MODEL = "deploy-check"
@@ -90,11 +90,14 @@ def step_context(c: Check) -> None:
     probe = ("FROM python:3.11-slim\nCOPY . /context\n"
              "RUN cd /context && echo TOP $(ls -A) && echo NESTED $(find . -mindepth 2 \\( -name __pycache__ "
              "-o -name '*.pyc' -o -name '*.egg-info' \\) -prune | head -n 5)\n")
-    out = run(["docker", "build", "--rm", "--force-rm", "--no-cache", "-t", f"{c.tag}-context", "-f", "-",
-               str(c.args.project_dir)], stdin=probe, env={**os.environ, "DOCKER_BUILDKIT": "0"}).stdout
+    done = run(["docker", "build", "--rm", "--force-rm", "--no-cache", "-t", f"{c.tag}-context", "-f", "-",
+               str(c.args.project_dir)], stdin=probe, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    out = done.stdout + done.stderr  # the newer clients print the legacy builder's output on stderr
     run(["docker", "image", "rm", "-f", f"{c.tag}-context"], check=False)
-    top = next(line for line in out.splitlines() if line.startswith("TOP ")).split()[1:]
-    nested = next(line for line in out.splitlines() if line.startswith("NESTED ")).split()[1:]
+    listed = {words[0]: words[1:] for words in map(str.split, out.splitlines()) if words}
+    if "TOP" not in listed or "NESTED" not in listed:
+        raise CheckFailed(f"could not list the build context:\n{out[-1500:]}")
+    top, nested = listed["TOP"], listed["NESTED"]
     bad = sorted(FORBIDDEN & set(top)) + nested
     c.figures["context"] = top
     if bad:
@@ -104,8 +107,9 @@ def step_context(c: Check) -> None:
 def step_build(c: Check) -> None:
     """The legacy builder builds the image; it runs as the parser user with a healthcheck and /data volume."""
     start = time.monotonic()
-    out = run(["docker", "build", "-t", c.tag, str(c.args.project_dir)], timeout=1800,
-              env={**os.environ, "DOCKER_BUILDKIT": "0"}).stdout
+    done = run(["docker", "build", "-t", c.tag, str(c.args.project_dir)], timeout=1800,
+               env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    out = done.stdout + done.stderr
     c.figures["build_s"] = round(time.monotonic() - start, 1)
     sent = [line.split()[-1] for line in out.splitlines() if line.startswith("Sending build context")]
     c.figures["context_size"] = sent[-1] if sent else None
@@ -175,7 +179,7 @@ def step_parse_text(c: Check) -> None:
     if r.status_code != 200:
         raise CheckFailed(f"POST /parse with text: {r.status_code} {r.text[:300]}")
     sents = r.json()["sentences"]
-    if len(sents) != 2 or not all(w["head"] >= 0 and 0 < w["prob"] <= 1 for s in sents for w in s["words"]):
+    if len(sents) != 2 or not all(w["head"] >= 0 and 0 < w["prob"] <= 1 for s in sents for w in s["tokens"]):
         raise CheckFailed(f"POST /parse with text: unexpected answer {r.text[:300]}")
 
 
