@@ -1,6 +1,6 @@
 """Deployment check: build the image, run the compose stack, walk the user's path, tear it all down.
 
-    python bench/deploy_check.py [--project-dir .] [--train TRAIN.conllu] [--sentences 40] [--keep-image]
+    python bench/deploy_check.py [--project-dir .] [--train TRAIN.conllu] [--sentences 40] [--no-cache]
 
 Steps, in order (the first failure stops the walk; teardown always runs):
 
@@ -107,7 +107,8 @@ def step_context(c: Check) -> None:
 def step_build(c: Check) -> None:
     """The legacy builder builds the image; it runs as the parser user with a healthcheck and /data volume."""
     start = time.monotonic()
-    done = run(["docker", "build", "-t", c.tag, str(c.args.project_dir)], timeout=1800,
+    cache = ["--no-cache"] if c.args.no_cache else []
+    done = run(["docker", "build", *cache, "-t", c.tag, str(c.args.project_dir)], timeout=1800,
                env={**os.environ, "DOCKER_BUILDKIT": "0"})
     out = done.stdout + done.stderr
     c.figures["build_s"] = round(time.monotonic() - start, 1)
@@ -273,6 +274,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--sentences", type=int, default=40, help="sentences in the training job (default 40)")
     ap.add_argument("--ready-timeout", type=float, default=180, help="seconds to wait for /readyz")
     ap.add_argument("--job-timeout", type=float, default=600, help="seconds to wait for the training job")
+    ap.add_argument("--no-cache", action="store_true", help="build every layer again (a cold build's time)")
     ap.add_argument("--keep-image", action="store_true", help="keep the image built for the check")
     ap.add_argument("--require-docker", action="store_true", help="fail (exit 1) instead of skipping "
                     "when Docker cannot run here")
