@@ -148,6 +148,14 @@ def readyz(c: Check) -> Any:
     return f"/readyz {r.status_code}: {body}"
 
 
+def require_running(c: Check, service: str) -> None:
+    """A service whose container stopped or restarted (``restart: unless-stopped`` hides a crash loop) fails."""
+    state = inspect("container", c.compose.container(service))
+    if not state["State"].get("Running") or state.get("RestartCount", 0) > 0:
+        raise c.fail_with_logs(f"the {service} container is {state['State'].get('Status')} "
+                               f"after {state.get('RestartCount', 0)} restart(s)")
+
+
 def health(container: str) -> str:
     return str(inspect("container", container)["State"].get("Health", {}).get("Status", "none"))
 
@@ -164,6 +172,7 @@ def step_up(c: Check) -> None:
         raise c.fail_with_logs(f"Docker reports the api container {state}")
     c.figures["up_to_healthy_s"] = round(time.monotonic() - start, 1)
     for name, cid in (("api", api), ("worker", worker)):
+        require_running(c, name)
         uids = container_uids(cid)
         if not uids or any(uid != UID for uid in uids.values()):
             raise CheckFailed(f"{name}: processes not running as uid {UID}: {uids}")
@@ -217,6 +226,7 @@ def step_train(c: Check) -> None:
         c.job_id = r.json()["id"]
 
         def finished() -> dict[str, Any] | None:
+            require_running(c, "worker")
             job: dict[str, Any] = h.get(f"/jobs/{c.job_id}", headers=auth).json()
             return job if job["status"] in ("succeeded", "failed", "cancelled") else None
 
