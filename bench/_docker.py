@@ -122,4 +122,4 @@ def container_uids(container: str) -> dict[str, int]:
             "    if p.name != str(os.getpid()):\n"
             "        print(p.name + ':' + st['Name'].strip(), st['Uid'].split()[0])\n")
     out = run(["docker", "exec", container, "python", "-c", code]).stdout
-    return {proc: int(uid) for proc, uid in (line.split() for line in out.splitlines())}
+    return {proc: int(uid) for proc, uid in (line.rsplit(maxsplit=1) for line in out.splitlines())}

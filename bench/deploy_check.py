@@ -73,16 +73,28 @@ class Check:
         return CheckFailed(f"{message}\n{logs}")
 
 
+@dataclass
+class Pending:
+    """What a probe answers while the awaited thing is not there yet (false, with a reason for the report)."""
+
+    detail: str
+
+    def __bool__(self) -> bool:
+        return False
+
+
 def wait_for(probe: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``probe`` every 0.5 s until it returns something true; CheckFailed naming ``what`` after timeout."""
+    """Poll ``probe`` every 0.5 s until it returns something true; CheckFailed naming ``what`` after timeout
+    (with the last ``Pending`` reason)."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
         last = probe()
-        if last and not isinstance(last, Exception):
+        if last:
             return last
         time.sleep(0.5)
-    raise CheckFailed(f"timed out after {timeout:.0f} s waiting for {what}" + (f": {last}" if last else ""))
+    reason = f": {last.detail}" if isinstance(last, Pending) else ""
+    raise CheckFailed(f"timed out after {timeout:.0f} s waiting for {what}{reason}")
 
 
 def step_context(c: Check) -> None:
@@ -135,17 +147,18 @@ def step_compose_needs_key(c: Check) -> None:
         raise CheckFailed("docker-compose starts without API_KEY: the /jobs routes would run unprotected")
 
 
-def readyz(c: Check) -> Any:
+def readyz(c: Check) -> bool | Pending:
+    """True once /readyz answers 200; Pending before; CheckFailed when the service says start-up failed."""
     try:
         r = httpx.get(c.url + "/readyz", timeout=5)
     except httpx.TransportError as e:
-        return e
+        return Pending(f"/readyz: {type(e).__name__} {e}")
     if r.status_code == 200:
         return True
     body = r.json() if r.headers.get("content-type", "").startswith("application/json") else r.text
     if isinstance(body, dict) and body.get("status") == "failed":
         raise c.fail_with_logs(f"/readyz: the service failed to start: {body.get('detail')}")
-    return f"/readyz {r.status_code}: {body}"
+    return Pending(f"/readyz {r.status_code}: {body}")
 
 
 def require_running(c: Check, service: str) -> None:
@@ -176,9 +189,8 @@ def step_up(c: Check) -> None:
         uids = container_uids(cid)
         if not uids or any(uid != UID for uid in uids.values()):
             raise CheckFailed(f"{name}: processes not running as uid {UID}: {uids}")
-        probe = ("import os; s = os.stat('/data'); print(s.st_uid, os.access('/data', os.W_OK), "
-                 "sorted(os.listdir('/data')))")
-        out = run(["docker", "exec", cid, "python", "-c", probe]).stdout.split(maxsplit=2)
+        probe = "import os; print(os.stat('/data').st_uid, os.access('/data', os.W_OK))"
+        out = run(["docker", "exec", cid, "python", "-c", probe]).stdout.split()
         if out[0] != str(UID) or out[1] != "True":
             raise CheckFailed(f"{name}: /data is owned by uid {out[0]}, writable: {out[1]} (want {UID}, True)")
 
