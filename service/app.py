@@ -38,8 +38,21 @@ request body {s.max_body_bytes} bytes (413), upload to /jobs {s.max_upload_bytes
 {s.max_sentences} sentences and {s.max_request_words} words per request (422), k <= {s.max_k}, n <= {s.max_n},
 {s.max_iterations} BP iterations, {s.max_rounds} relaxed rounds and {s.max_tag_samples} tag samples;
 at most {s.max_pending} requests in flight, beyond that 503 with Retry-After.
-With `API_KEY` set, the /jobs routes need `Authorization: Bearer <key>` (401).
+With `API_KEY` set, the /jobs routes need `Authorization: Bearer <key>` (401); without it they answer 403
+unless the service was started with `PARSER_ALLOW_OPEN_JOBS=1`.
 """
+
+
+def _log_jobs_access(s: Settings) -> None:
+    """Say at start-up who may use the /jobs routes (an open or closed job API is a deployment decision)."""
+    access = s.jobs_access()
+    if access == "open":
+        log.warning("/jobs is open to anyone: API_KEY is not set and PARSER_ALLOW_OPEN_JOBS=1")
+    elif access == "closed":
+        log.warning("/jobs is closed (403): API_KEY is not set; set API_KEY, or PARSER_ALLOW_OPEN_JOBS=1 to "
+                    "serve training jobs without a key")
+    else:
+        log.info("/jobs needs the API key (Authorization: Bearer)")
 
 
 async def _load(state: ServiceState) -> None:
@@ -93,6 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        _log_jobs_access(settings)
         loader = asyncio.create_task(_load(state))
         refresher = asyncio.create_task(_refresh_forever(state))
         try:

@@ -1,8 +1,10 @@
 """Service settings: command-line flags override environment variables override these defaults.
 
 Environment variables carry the ``PARSER_`` prefix (``PARSER_PORT=9000``, ``PARSER_MAX_WORDS=300``), except
-``API_KEY``, which protects the ``/jobs`` routes when set. Every limit here is also stated in the OpenAPI
-description the app publishes at ``/docs``.
+``API_KEY``, which protects the ``/jobs`` routes. Without a key those routes are closed (403) unless
+``PARSER_ALLOW_OPEN_JOBS=1`` opens them to anyone, which the service logs at start-up: training jobs use
+CPU, disk and memory, so serving them unauthenticated has to be a stated choice. Every limit here is also
+stated in the OpenAPI description the app publishes at ``/docs``.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class Settings(BaseSettings):
                          "(0: jobs wait for an external `python -m service.worker`)")
     default_model: str = Field("en_ewt", pattern=MODEL_NAME.pattern)
     api_key: str | None = Field(None, validation_alias=AliasChoices("API_KEY", "PARSER_API_KEY"))
+    allow_open_jobs: bool = Field(False, description="without API_KEY, serve the /jobs routes to anyone "
+                                  "(otherwise they answer 403); ignored when API_KEY is set")
     node: str = Field(default_factory=lambda: f"{socket.gethostname()}/api",
                       description="this process's name in the job store (a restarted node fails its old jobs)")
 
@@ -70,6 +74,12 @@ class Settings(BaseSettings):
     max_pending: int = Field(32, ge=1, description="requests admitted at once (running + waiting); beyond it 503")
     retry_after_seconds: int = Field(1, ge=1)
     refresh_seconds: float = Field(2.0, gt=0, description="how often new models trained by jobs are picked up")
+
+    def jobs_access(self) -> str:
+        """How the ``/jobs`` routes are protected: ``"key"``, ``"open"`` (explicit opt-out) or ``"closed"``."""
+        if self.api_key:
+            return "key"
+        return "open" if self.allow_open_jobs else "closed"
 
     @property
     def trained_dir(self) -> Path:

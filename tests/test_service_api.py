@@ -250,6 +250,36 @@ def test_service_not_ready_without_the_default_model(tmp_path: Path) -> None:
         assert_problem(c.post("/parse", json=body()), 503)
 
 
+def test_service_ready_only_after_the_trained_models_are_in(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start-up loads the shipped models, then the trained ones: /readyz waits for both (after a restart the
+    models trained by jobs must be there as soon as the service says it is ready)."""
+    import threading
+
+    from service_helpers import settings, wait_ready
+
+    from service.app import create_app
+    from service.registry import ModelRegistry
+
+    entered, release = threading.Event(), threading.Event()
+    refresh = ModelRegistry.refresh
+
+    def held_refresh(self: ModelRegistry) -> list[object]:
+        entered.set()
+        release.wait(60)
+        return list(refresh(self))
+
+    monkeypatch.setattr(ModelRegistry, "refresh", held_refresh)
+    with TestClient(create_app(settings(tmp_path))) as c:
+        try:
+            assert entered.wait(60), "start-up never loaded the trained models"
+            r = c.get("/readyz")  # the shipped default is in, the trained models are not yet
+            assert r.status_code == 503 and r.json()["status"] == "loading"
+        finally:
+            release.set()
+        wait_ready(c)
+
+
 def test_default_pipeline_parses_raw_text_and_untagged_tokens(client: TestClient) -> None:
     r = client.post("/parse", json={"text": "The parser tells you how sure it is. Try it!"})
     assert r.status_code == 200, r.text

@@ -151,8 +151,8 @@ def test_e2e_cancel_a_running_job(server: tuple[ServerProcess, httpx.Client], ew
 
 def test_e2e_restart_fails_the_job_left_running(tmp_path: Path, ewt_dir: Path) -> None:
     data = tmp_path / "data"
-    first = ServerProcess(data, workers=1, node="restart/api")
-    second = ServerProcess(data, workers=1, node="restart/api", start=False)
+    first = ServerProcess(data, workers=1, node="restart/api", env={"API_KEY": KEY})
+    second = ServerProcess(data, workers=1, node="restart/api", env={"API_KEY": KEY}, start=False)
     try:
         first.wait_ready()
         with httpx.Client(base_url=first.url, timeout=60) as c:

@@ -27,7 +27,8 @@ def live_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from service.app import create_app
 
     port = free_port()
-    app = create_app(make_settings(tmp_path_factory.mktemp("schema"), max_pending=64))
+    app = create_app(make_settings(tmp_path_factory.mktemp("schema"), max_pending=64,
+                                   allow_open_jobs=True))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

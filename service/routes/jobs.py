@@ -2,7 +2,8 @@
 
 Uploads are validated before a job exists (422 naming the file and line of bad CoNLL-U); the job then
 waits in the SQLite store for a worker process (``service.jobs.scheduler``). With ``API_KEY`` set every
-route here needs ``Authorization: Bearer <key>``.
+route here needs ``Authorization: Bearer <key>``; without it they answer 403 unless ``PARSER_ALLOW_OPEN_JOBS=1``
+opened them (``Settings.jobs_access``).
 """
 
 from __future__ import annotations
@@ -32,9 +33,15 @@ JOB_ID = r"^[0-9a-f]{32}$"
 
 
 def require_key(state: State, authorization: Annotated[str | None, Header()] = None) -> None:
-    key = state.settings.api_key
-    if not key:
+    """The API key in ``Authorization: Bearer``; without a configured key, 403 unless jobs were opened."""
+    access = state.settings.jobs_access()
+    if access == "open":
         return
+    if access == "closed":
+        raise ProblemError(403, "Jobs disabled", "the /jobs routes are closed: the service runs without API_KEY "
+                           "(set API_KEY, or PARSER_ALLOW_OPEN_JOBS=1 to serve them without a key)",
+                           kind="jobs-disabled")
+    key = state.settings.api_key or ""
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), key.encode()):
         raise ProblemError(401, "Unauthorized", "the /jobs routes need `Authorization: Bearer <API key>`",
@@ -42,7 +49,8 @@ def require_key(state: State, authorization: Annotated[str | None, Header()] = N
 
 
 router = APIRouter(tags=["jobs"], dependencies=[Depends(require_key)], responses={
-    401: {"model": Problem, "description": "missing or wrong API key (when API_KEY is set)"}})
+    401: {"model": Problem, "description": "missing or wrong API key (when API_KEY is set)"},
+    403: {"model": Problem, "description": "no API_KEY configured and PARSER_ALLOW_OPEN_JOBS not set"}})
 
 
 def _store(state: ServiceState) -> JobStore:

@@ -24,8 +24,9 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", responses={503: {"description": "models are still loading (or failed to load)"}})
 async def readyz(state: State) -> JSONResponse:
-    """200 once the default model is loaded, 503 before."""
-    if state.registry.ready:
+    """200 once start-up is over with the default model loaded, 503 before: start-up also loads the models
+    that training jobs published, so after a restart they are listed as soon as the service is ready."""
+    if state.registry.ready and state.startup_done:
         return JSONResponse({"status": "ready", "models": state.registry.names()})
     detail = state.loading_error or "models are loading"
     return JSONResponse({"status": "loading" if state.loading_error is None else "failed", "detail": detail},
