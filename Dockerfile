@@ -7,7 +7,7 @@
 
 # --- build: install the package and its dependencies into a virtualenv ---------------------------
 FROM python:3.11-slim AS build
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 NUMBA_CACHE_DIR=/opt/numba-cache
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
@@ -16,19 +16,24 @@ COPY engine ./engine
 COPY service ./service
 # The runtime needs neither pip nor the libraries' own test suites (about 75 MB of numpy/scipy tests,
 # pip and setuptools); bench/deploy_check.py parses and trains in the image, so what is left must work.
+# The compiled kernels (numba) are compiled here, once, into NUMBA_CACHE_DIR: the runtime loads them from there
+# instead of compiling at every start (numba needs that directory writable by the user that runs it).
 RUN pip install . \
     && pip uninstall --yes pip setuptools \
-    && find /opt/venv -depth -type d -path '*/site-packages/*' -name tests -exec rm -rf {} +
+    && find /opt/venv -depth -type d -path '*/site-packages/*' -name tests -exec rm -rf {} + \
+    && cd / && python -m engine.compiled
 
 # --- runtime: the virtualenv, the models and a non-root user -------------------------------------
 FROM python:3.11-slim AS runtime
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 NUMBA_NUM_THREADS=1 \
+    NUMBA_CACHE_DIR=/opt/numba-cache
 RUN groupadd --gid 10001 parser \
     && useradd --uid 10001 --gid parser --create-home --shell /usr/sbin/nologin parser \
     && mkdir /data && chown parser:parser /data
 COPY --from=build /opt/venv /opt/venv
+COPY --from=build --chown=10001:10001 /opt/numba-cache /opt/numba-cache
 WORKDIR /app
 # A directory COPY keeps the symlinks inside it: models/en_ewt -> en_ewt-pipeline stays an alias.
 COPY models ./models

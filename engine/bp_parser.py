@@ -51,14 +51,27 @@ class BPParser:
     manifest: dict[str, Any] = field(default_factory=dict)
     decode_constraint: str | None = None  # None: TREE/PTREE as the model was trained
     _scorer: ArcScorer | None = field(default=None, repr=False, compare=False)
-    _half: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)  # (weights, f16)
+    _factor_block: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
-    def factor_weights(self) -> np.ndarray:
-        """The weights the factor graph reads: a loaded float16 model's stored values (the same numbers in a
-        quarter of the memory: the higher-order lookups stay in cache), else ``weights``."""
-        if self._half is not None and self._half[0] is self.weights:
-            return self._half[1]
-        return self.weights
+    def factor_weights(self) -> tuple[np.ndarray, int]:
+        """The weights the higher-order factors read and the offset of their block in them. A loaded model's
+        (read-only) weights give their higher-order block alone in the narrowest type that holds it exactly
+        (float16 for a model stored so, else float32: 8-17 MB for the shipped models instead of 34, so that
+        the lookups stay in cache; the sums are float64 and the same); other weights are read as they are."""
+        if self.weights.flags.writeable:
+            return self.weights, self.extractor.dim
+        if self._factor_block is None or self._factor_block[0] is not self.weights:
+            block = self.weights[self.extractor.dim:]
+            narrow = block
+            for dtype in (np.float16, np.float32):
+                with np.errstate(over="ignore"):
+                    cast = block.astype(dtype)
+                if np.array_equal(cast.astype(np.float64), block):
+                    narrow = cast
+                    break
+            narrow.flags.writeable = False
+            self._factor_block = (self.weights, narrow)
+        return self._factor_block[1], 0
 
     def link_and_prune_scores(self, sentences: Sequence[Any]) -> list[np.ndarray]:
         """Arc potentials (B, n+1, n+1) of a batch of one length under the weights and, if there is one,
@@ -117,10 +130,10 @@ class BPParser:
                     valid = prune_arcs(prune_marg[j], self.prune, keep)
                     if gold:
                         valid[sentences[i].heads[1:], np.arange(1, n1)] = True
-                graph = build_graph(sentences[i], valid, link[j], self.weights if gold else self.factor_weights(),
-                                    self.templates,
+                weights, offset = (self.weights, self.extractor.dim) if gold else self.factor_weights()
+                graph = build_graph(sentences[i], valid, link[j], weights, self.templates,
                                     constraint=self.graph_constraint, single_root=self.constraint.single_root,
-                                    offset=self.extractor.dim)
+                                    offset=offset)
                 if gold:
                     graph.link_features = feats[j]
                 batch.append((i, graph, keep))
@@ -207,7 +220,6 @@ class BPParser:
         if all(v.dtype == np.float16 for v in stored_vectors):  # the kernel's table straight from the file's bits
             half = np.stack([v[: extractor.dim].view(np.uint16) for v in stored_vectors], axis=1)
             parser._scorer = ArcScorer(extractor, [w for w in (weights, pruner) if w is not None], half)
-            parser._half = (weights, stored.arrays["weights"])
         return parser
 
 

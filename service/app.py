@@ -70,6 +70,9 @@ async def _load(state: ServiceState) -> None:
         await run_in_threadpool(state.scheduler.start)
         await run_in_threadpool(state.registry.load_shipped)
         await run_in_threadpool(state.registry.refresh)
+        from engine.compiled import warm_up
+
+        log.info("compiled kernels ready in %.2f s", await run_in_threadpool(warm_up))  # before /readyz says ready
     except Exception as e:  # report through /readyz instead of dying silently
         log.exception("start-up failed")
         state.loading_error = f"start-up failed: {e}"

@@ -1,0 +1,48 @@
+"""The engine's compiled (numba) kernels, compiled or loaded from numba's cache before the first parse.
+
+Each kernel is compiled on its first call for each combination of argument types, and the machine code is
+cached on disk (``cache=True``: beside the sources, or under ``NUMBA_CACHE_DIR`` where they are read-only).
+``warm_up`` makes those first calls on tiny inputs of every type the parsers use, so that a service answers
+its first request at full speed and a container image can carry the compiled code (the Dockerfile runs it
+at build time). Kernels: ``engine.scoring.fused`` (arc potentials straight from the tokens, one per weight
+table type) and ``engine.features.second_order`` (hashing of higher-order features).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from engine.features.extract import FeatureExtractor
+from engine.features.second_order import default_second_order, extract_triples
+from engine.features.templates import ArcTemplate
+from engine.scoring.fused import ArcScorer
+
+
+class _Tokens:
+    def __init__(self) -> None:
+        self.forms, self.upos, self.xpos = ["A", "dog", "barks"], ["DET", "NOUN", "VERB"], ["DT", "NN", "VBZ"]
+
+
+def warm_up() -> float:
+    """Compile (or load) every kernel for every argument type in use; returns the seconds it took."""
+    start = time.perf_counter()
+    tokens = [_Tokens()]
+    extractor = FeatureExtractor((ArcTemplate(("upos",), ("upos",), "dist"),
+                                  ArcTemplate(("upos",), ("upos",), "dir", between=True)), 1 << 10)
+    rng = np.random.default_rng(0)
+    for dtype in (np.float16, np.float32, np.float64):  # the weight tables: float16 bits, float32, float64
+        vectors = [rng.normal(size=extractor.dim).astype(dtype).astype(np.float64) for _ in range(2)]
+        for v in vectors:
+            v.flags.writeable = False
+        ArcScorer(extractor, vectors)(tokens)
+    ArcScorer(extractor, [np.zeros(extractor.dim)])(tokens)  # writable weights: float64 views
+    triples = np.array([[0, 1], [1, 2], [2, 3]])
+    for family in ("grand", "sib"):
+        extract_triples(tokens[0], tuple(default_second_order([family])), triples, 1 << 10)
+    return time.perf_counter() - start
+
+
+if __name__ == "__main__":  # python -m engine.compiled
+    print(f"compiled kernels ready in {warm_up():.2f} s")
