@@ -31,7 +31,7 @@ from engine.inference.relaxed import InferenceConfig, RelaxedResult, infer_many
 from engine.inference.settings import resolve
 from engine.model.store import ModelError, StoredModel, half_precision, load_model, read_manifest, save_model
 from engine.parser import UNLABELLED, FirstOrderParser, ParsedSentence, load_common, model_manifest
-from engine.scoring.fused import ArcScorer
+from engine.scoring.fused import ArcScorer, stored_table
 from engine.scoring.potentials import arc_scores
 from engine.scoring.pruning import PruneConfig, prune_arcs
 
@@ -216,10 +216,9 @@ class BPParser:
             if arr is not None:
                 arr.flags.writeable = False  # a loaded model's weights: the scorer lays them out once
         parser = cls(extractor, weights, constraint, labeler, second, pruner, prune, man)
-        stored_vectors = [stored.arrays[k] for k in ("weights", "pruner") if k in stored.arrays]
-        if all(v.dtype == np.float16 for v in stored_vectors):  # the kernel's table straight from the file's bits
-            half = np.stack([v[: extractor.dim].view(np.uint16) for v in stored_vectors], axis=1)
-            parser._scorer = ArcScorer(extractor, [w for w in (weights, pruner) if w is not None], half)
+        table = stored_table([stored.arrays[k] for k in ("weights", "pruner") if k in stored.arrays], extractor.dim)
+        if table is not None:  # the kernel's table straight from the stored arrays
+            parser._scorer = ArcScorer(extractor, [w for w in (weights, pruner) if w is not None], table)
         return parser
 
 

@@ -23,7 +23,7 @@ from engine.features.extract import FeatureExtractor, Tokens
 from engine.features.templates import ArcTemplate
 from engine.inference.exact import TreeConstraint, exact_marginals
 from engine.model.store import ModelError, StoredModel, half_precision, load_model, save_model
-from engine.scoring.fused import ArcScorer
+from engine.scoring.fused import ArcScorer, stored_table
 
 
 @dataclass
@@ -111,7 +111,9 @@ class FirstOrderParser:
         if weights.shape != (extractor.dim,):
             raise ModelError(f"{directory}: weights have shape {weights.shape}, features need ({extractor.dim},)")
         weights.flags.writeable = False  # a loaded model's weights: the scorer lays them out once
-        return cls(extractor, weights, constraint, labeler, stored.manifest)
+        table = stored_table([stored.arrays["weights"]], extractor.dim)
+        return cls(extractor, weights, constraint, labeler, stored.manifest,
+                   None if table is None else ArcScorer(extractor, [weights], table))
 
 
 def load_common(directory: str | os.PathLike[str],

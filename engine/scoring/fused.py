@@ -148,6 +148,16 @@ def _context_codes(n: int) -> tuple[np.ndarray, np.ndarray]:
             hash_strings([f"dist{d}" for d in range(200)])[distance])
 
 
+def stored_table(stored: Sequence[np.ndarray], dim: int) -> np.ndarray | None:
+    """The kernel's table straight from a model's stored weight arrays (float16 or float32, the first ``dim``
+    entries of each), interleaved; None for other types."""
+    if all(a.dtype == np.float16 for a in stored):
+        return np.stack([a[:dim].view(np.uint16) for a in stored], axis=1)
+    if all(a.dtype == np.float32 for a in stored):
+        return np.stack([a[:dim] for a in stored], axis=1) if len(stored) > 1 else stored[0][:dim, None]
+    return None
+
+
 def _weight_tables(weights: Sequence[np.ndarray], dim: int) -> list[np.ndarray]:
     """The weights as the kernel reads them. When every vector is read-only (a loaded model) the table is
     built once: interleaved (dim, W), so that one cache line serves every vector, in the narrowest type that
@@ -169,17 +179,17 @@ class ArcScorer:
     Build it once per model: a read-only model's weights are laid out for the kernel here."""
 
     def __init__(self, extractor: FeatureExtractor, weights: Sequence[np.ndarray],
-                 half_table: np.ndarray | None = None) -> None:
-        """``half_table`` (dim, len(weights)) uint16: the weights' float16 bits, interleaved, when the caller
-        has them (a model stored in float16; ``weights`` must be their float64 values)."""
+                 table: np.ndarray | None = None) -> None:
+        """``table`` (dim, len(weights)): the weights as stored, interleaved, when the caller has them (a
+        loaded model: float16 bits as uint16, or float32; ``weights`` must be their float64 values)."""
         if not weights or any(len(w) < extractor.dim for w in weights):
             raise ValueError(f"weight vectors of at least {extractor.dim} entries are needed")
-        if half_table is not None and (half_table.dtype != np.uint16 or half_table.shape != (extractor.dim,
-                                                                                             len(weights))):
-            raise ValueError("half_table must be uint16 of shape (dim, number of weight vectors)")
+        if table is not None and (table.dtype not in (np.uint16, np.float32, np.float64)
+                                  or table.shape != (extractor.dim, len(weights))):
+            raise ValueError("table must be uint16 (float16 bits), float32 or float64 of shape (dim, vectors)")
         self.extractor = extractor
         self.sources = tuple(weights)
-        self.tables = [half_table] if half_table is not None else _weight_tables(weights, extractor.dim)
+        self.tables = [table] if table is not None else _weight_tables(weights, extractor.dim)
         self.attrs, self.seeds, self.head, self.dep, self.contexts, self.between = _tables(extractor)
         self.dep_seeds = np.full_like(self.seeds, _DEP_SEED)
         self.tag_codes = hash_strings(list(UPOS_TAGS))
