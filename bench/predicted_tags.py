@@ -1,4 +1,4 @@
-"""Parsers on predicted tags (EWT): the experiments behind the README's "What else was tried" table.
+"""Parsers on predicted tags (EWT): the experiments behind docs/results/pipeline.md's "Tried and dropped" table.
 
     python bench/predicted_tags.py files --out DIR
     python bench/predicted_tags.py cold --files DIR --pruner O1 --iterations 2 --epochs 6 --out MODEL

@@ -20,7 +20,7 @@ log = logging.getLogger("service")
 
 MEDIA_TYPE = "application/problem+json"
 TYPE_BASE = "urn:bp-parser:problem:"
-"""Problem types are URNs (``urn:bp-parser:problem:invalid-input``); the README lists them."""
+"""Problem types are URNs (``urn:bp-parser:problem:invalid-input``); docs/http-api.md (Errors) lists them."""
 
 
 class ProblemError(Exception):

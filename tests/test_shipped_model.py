@@ -33,7 +33,7 @@ def test_shipped_model_parses_ewt_dev(ewt_dir: Path) -> None:
         assert ((p.head_probs > 0) & (p.head_probs <= 1)).all()
     scores = attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
                                [p.head_probs for p in parsed])
-    assert scores["uas"] > 80.0  # the full dev figure is in the README; this guards against regressions
+    assert scores["uas"] > 80.0  # the full dev figure is in docs/results/; this guards against regressions
     assert scores["ece"] < 0.05
 
 

@@ -20,14 +20,14 @@ children's, ``CONTEXT_TEMPLATES``), in the manner of stacked
 learning (Wolpert 1992; Nivre & McDonald 2008 stack two parsers the same way). So that training sees
 first-stage labels as noisy as at test time, those of the training set are jackknifed: each of ``k``
 contiguous folds is labelled by a first stage trained on the others. On EWT dev with gold trees and
-predicted tags this lifts label accuracy from 94.83 to 95.07 (README, *From raw text*).
+predicted tags this lifts label accuracy from 94.83 to 95.07 (docs/results/pipeline.md).
 
 **Tag-sample copies** (``train(..., group=1 + K)``, ``engine train --labeler-tag-samples K``, default 1 in
 the pipeline). At parse time the labels are averaged over tag sequences drawn from the tagger's posterior
 (``engine.decode.tag_marginal``); a labeller trained only on the best jackknifed tags has rarely seen the
 tags such draws hold. The pipeline also trains it on K copies of each sentence under draws from the same
 fold tagger, each sentence next to its copies so that stacking's folds keep them together. On the shipped
-parser's EWT dev trees with 16 draws, LAS 82.95 -> 83.07 (README, *Labels under tag uncertainty*).
+parser's EWT dev trees with 16 draws, LAS 82.95 -> 83.07 (docs/results/pipeline.md, *Labels under tag uncertainty*).
 
 Every template's value is hashed (``engine.features.hashing``) into ``buckets`` rows of a weight matrix
 ``W (buckets, n_labels)``; an arc's label scores are the sum of the rows of its features, and

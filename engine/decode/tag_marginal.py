@@ -21,7 +21,7 @@ shipped pipeline (its default is ``K = 16``): expected calibration error of the 
 0.062 -> 0.023, UAS 85.86 -> 86.19, LAS 82.57 -> 82.86 with a labeller trained on the best jackknifed tags
 and labels under ``y*`` (``K = 8``: 0.027, 86.06, 82.76). Averaging the labels as well gives 82.95 with that
 labeller, and 83.07 with the shipped one, which also trained on sentences under tags drawn from the
-tagger's posterior (``--labeler-tag-samples``; README, *Labels under tag uncertainty*).
+tagger's posterior (``--labeler-tag-samples``; docs/results/pipeline.md, *Labels under tag uncertainty*).
 """
 
 from __future__ import annotations

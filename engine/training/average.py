@@ -8,8 +8,8 @@ same features the same way, so every model must have the same order, tree, featu
 dimensions, and the same first-order pruner: ``average_parsers`` refuses anything else and says why.
 
 On EWT dev with predicted tags, the shipped default's parser is the mean of 7 seeds of one recipe: each
-alone scores 85.33-85.64 UAS, the mean 85.86 (3 seeds 85.72, 5 seeds 85.94, 9 seeds 85.78; README, *From
-raw text*). ``train --seeds N`` builds the same kind of model in one training run
+alone scores 85.33-85.64 UAS, the mean 85.86 (3 seeds 85.72, 5 seeds 85.94, 9 seeds 85.78;
+docs/results/pipeline.md, *From raw text*). ``train --seeds N`` builds the same kind of model in one training run
 (``engine.training.seeds``).
 """
 

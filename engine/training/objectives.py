@@ -15,7 +15,7 @@ better), summed over the sentences of a batch.
   inside-outside, and its gradient is ``-(1/T) H_q y*`` (``tree_hessian``). As ``T -> 0`` the risk
   approaches the loss of the MBR decoder (eq. 3) used at test time.
 - ``AnnealSchedule``: ``T`` annealed linearly from ``start`` to ``end`` over the optimisation steps
-  (§5.1; the paper's exact values were lost in extraction: ours are settings, stated in the README).
+  (§5.1; the paper's exact values were lost in extraction: ours are settings, stated in docs/results/gormley-2015.md).
 """
 
 from __future__ import annotations
