@@ -19,7 +19,7 @@ import numpy as np
 
 from engine.data.batching import length_batches
 from engine.decode.distribution import TreeDistribution
-from engine.decode.labeler import label_arcs
+from engine.decode.labeler import label_arcs, label_many
 from engine.decode.mbr import mbr_decode
 from engine.features.extract import FeatureExtractor, Tokens
 from engine.features.second_order import TripleTemplate
@@ -175,9 +175,15 @@ class BPParser:
             results = infer_many([(graph.families, graph.valid) for _, graph, _ in batch], config)
             seconds = (time.perf_counter() - start) / len(batch)
             for (i, graph, _), result in zip(batch, results, strict=True):
-                out[i] = parsed = self.decode(sentences[i], graph, result, labels)
+                out[i] = parsed = self.decode(sentences[i], graph, result, labels=False)
                 assert parsed.diagnostics is not None
                 parsed.diagnostics["inference_seconds"] = seconds
+        if labels and out:  # every sentence's labels in one pass (label_many), as decode would give them
+            parsed_all = [p for p in out if p is not None]
+            assert len(parsed_all) == len(sentences)
+            for p, (deprels, probs) in zip(parsed_all, label_many(self.labeler, sentences,
+                                                                  [p.heads for p in parsed_all]), strict=True):
+                p.deprels, p.label_probs = deprels, probs
         return out  # type: ignore[return-value]
 
     # -- persistence ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import numpy as np
 import engine
 from engine.data.batching import length_batches
 from engine.decode.distribution import TreeDistribution
-from engine.decode.labeler import CountLabeler, label_arcs
+from engine.decode.labeler import CountLabeler, label_many
 from engine.decode.mbr import mbr_decode
 from engine.features.extract import FeatureExtractor, Tokens
 from engine.features.templates import ArcTemplate
@@ -85,10 +85,15 @@ class FirstOrderParser:
             for j, i in enumerate(idx):
                 heads = mbr_decode(marg[j], self.constraint)
                 m = np.arange(1, len(heads))
-                deprels, label_probs = label_arcs(self.labeler, sentences[i], heads) if labels else UNLABELLED
+                deprels, label_probs = UNLABELLED
                 dist = TreeDistribution.with_marginals(scores[j], self.constraint, "exact", float(log_z[j]), marg[j])
                 out[i] = ParsedSentence(heads, marg[j][heads[1:], m], marg[j], float(log_z[j]), deprels, label_probs,
                                         None, dist)
+        if labels and out:  # every sentence's labels in one pass (label_many)
+            for p, (deprels, probs) in zip(out, label_many(self.labeler, sentences, [p.heads for p in out]),
+                                           strict=True):
+                assert p is not None
+                p.deprels, p.label_probs = deprels, probs
         return out  # type: ignore[return-value]
 
     # -- persistence ---------------------------------------------------------------------------

@@ -255,3 +255,17 @@ def test_one_word_long_and_unknown_sentences(ewt: tuple[LogLinearLabeler, list, 
     p = model.distribution(unknown, np.array([-1, 2, 0, 2, 3]))
     np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-9)
     assert model.predict(_sentence([], []), np.array([-1]))[0] == []
+
+
+def test_label_many_equals_label_arcs_bit_for_bit(ewt: tuple[LogLinearLabeler, list, list]) -> None:
+    """The parsers label a whole batch at once (``label_many``); every label and probability is what the
+    sentence alone gets (``label_arcs``), to the bit, for the log-linear and the count labeller."""
+    from engine.decode.labeler import label_arcs, label_many
+
+    model, train, dev = ewt
+    for labeler in (model, CountLabeler.fit(train)):
+        many = label_many(labeler, dev[:200], [s.heads for s in dev[:200]])
+        for s, (labels, probs) in zip(dev[:200], many, strict=True):
+            single_labels, single_probs = label_arcs(labeler, s, s.heads)
+            assert single_labels == labels
+            np.testing.assert_array_equal(single_probs, probs)

@@ -123,3 +123,14 @@ def label_arcs(labeler: Any, sentence: Any, heads: np.ndarray) -> tuple[list[str
         return labeler.predict(sentence.upos, heads)
     labels, probs = labeler.predict(sentence, heads)
     return list(labels), np.asarray(probs, dtype=float)
+
+
+def label_many(labeler: Any, sentences: Sequence[Any],
+               heads: Sequence[np.ndarray]) -> list[tuple[list[str], np.ndarray]]:
+    """``label_arcs`` of many sentences: a log-linear labeller in one vectorised pass (``predict_batch``: each
+    row's scores and softmax are computed as for the sentence alone, so the labels and probabilities are the
+    same), a count labeller sentence by sentence."""
+    if isinstance(labeler, CountLabeler) or not hasattr(labeler, "predict_batch"):
+        return [label_arcs(labeler, s, h) for s, h in zip(sentences, heads, strict=True)]
+    return [(list(labels), np.asarray(probs, dtype=float))
+            for labels, probs in labeler.predict_batch(sentences, heads)]
