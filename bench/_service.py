@@ -82,3 +82,14 @@ def peak_rss_mb(pid: int | None) -> float | None:
     except OSError:
         pass
     return None
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User plus system CPU seconds a live process (not its children) has used so far, from /proc."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)

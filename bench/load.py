@@ -2,7 +2,7 @@
 
     python bench/load.py [--clients 32] [--duration 60] [--mode tokens|tagged] [--endpoint parse|marginals|kbest]
                          [--model NAME] [--url http://127.0.0.1:8000] [--data DEV.conllu] [--seed 0] [--k 10]
-                         [--server-env KEY=VALUE ...] [--compare-unbatched]
+                         [--server-env KEY=VALUE ...] [--compare-unbatched [--segments 4]]
 
 Without --url the script starts ``python -m service --port <free port> --data-dir <tmpdir>`` from the
 repository root (with the --server-env variables), waits for GET /readyz to answer 200, and stops the server
@@ -15,8 +15,10 @@ A 503 carrying Retry-After counts as "rejected" (the client then waits Retry-Aft
 time left) and is listed apart from the errors (any other non-2xx status by code, or a transport failure by
 exception name). Throughput and latency percentiles count successful (2xx) responses only; words/s is the
 words of those responses over the whole run. The server's peak RSS (VmHWM) is read from /proc at the end
-when the script started the server. ``--compare-unbatched`` runs the same load again against a second server
-started with ``PARSER_BATCHING=false`` (every request parsed alone) and reports the ratio of words/s.
+when the script started the server. ``--compare-unbatched`` starts two servers, one batching and one with
+``PARSER_BATCHING=false`` (every request parsed alone), loads them in alternating segments (each gets
+--duration seconds in all; the machine's other work weighs on both alike) and reports the ratio of words/s
+and of words per CPU-second of the server process (less sensitive to other work on a shared machine).
 Prints one JSON object.
 """
 
@@ -35,7 +37,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from _service import ROOT, peak_rss_mb, service  # noqa: E402  (bench/ is on sys.path when this script runs)
+from _service import ROOT, cpu_seconds, peak_rss_mb, service  # noqa: E402  (bench/ is on sys.path when this script runs)
 
 sys.path.insert(0, str(ROOT))
 from engine.data.conllu_io import read_conllu  # noqa: E402
@@ -79,21 +81,40 @@ async def client(http: httpx.AsyncClient, path: str, body: dict, pool: list, rng
             stats["errors"][str(resp.status_code)] += 1
 
 
-async def run(args: argparse.Namespace, url: str, pool: list) -> dict:
+def segment(args: argparse.Namespace, url: str, pid: int | None, pool: list, duration: float, stats: dict) -> None:
+    """One load segment, adding to ``stats`` the server's CPU seconds it took as well."""
+    before = cpu_seconds(pid)
+    asyncio.run(run(args, url, pool, duration, stats))
+    after = cpu_seconds(pid)
+    if before is not None and after is not None:
+        stats["cpu_s"] = (stats["cpu_s"] or 0.0) + after - before
+
+
+async def run(args: argparse.Namespace, url: str, pool: list, duration: float, stats: dict) -> None:
+    """``args.clients`` clients against ``url`` for ``duration`` seconds, adding to ``stats``."""
     body: dict = {}
     if args.model:
         body["model"] = args.model
     if args.endpoint == "kbest":
         body["k"] = args.k
-    stats: dict = {"requests": 0, "words": 0, "rejected": 0, "errors": Counter(), "latencies": [], "model": None}
     limits = httpx.Limits(max_connections=args.clients, max_keepalive_connections=args.clients)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=args.timeout) as http:
         start = time.perf_counter()
-        end = start + args.duration
-        await asyncio.gather(*(client(http, f"/{args.endpoint}", body, pool, random.Random(args.seed * 100_003 + i),
-                                      end, args.mode == "tagged", stats) for i in range(args.clients)))
-        elapsed = time.perf_counter() - start
-    ok = len(stats["latencies"])
+        end = start + duration
+        seed = args.seed * 100_003 + 1_000 * stats["segments"]
+        await asyncio.gather(*(client(http, f"/{args.endpoint}", body, pool, random.Random(seed + i), end,
+                                      args.mode == "tagged", stats) for i in range(args.clients)))
+        stats["elapsed"] += time.perf_counter() - start
+        stats["segments"] += 1
+
+
+def new_stats() -> dict:
+    return {"requests": 0, "words": 0, "rejected": 0, "errors": Counter(), "latencies": [], "model": None,
+            "elapsed": 0.0, "segments": 0, "cpu_s": None}
+
+
+def summary(args: argparse.Namespace, stats: dict) -> dict:
+    ok, elapsed, cpu = len(stats["latencies"]), stats["elapsed"], stats["cpu_s"]
     lat_ms = 1000 * np.array(stats["latencies"])
     p50, p90, p99 = (round(float(np.percentile(lat_ms, q)), 1) if ok else None for q in (50, 90, 99))
     return {
@@ -101,17 +122,41 @@ async def run(args: argparse.Namespace, url: str, pool: list) -> dict:
         "requests": stats["requests"], "ok": ok, "words_per_s": round(stats["words"] / elapsed, 1),
         "requests_per_s": round(ok / elapsed, 2), "latency_ms": {"p50": p50, "p90": p90, "p99": p99},
         "rejected_503": stats["rejected"], "errors": dict(sorted(stats["errors"].items())),
-        "concurrency": args.clients, "duration_s": round(elapsed, 2),
+        "concurrency": args.clients, "duration_s": round(elapsed, 2), "segments": stats["segments"],
+        "server_cpu_s": round(cpu, 1) if cpu else None,
+        "words_per_server_cpu_s": round(stats["words"] / cpu, 1) if cpu else None,
     }
 
 
 def measure(args: argparse.Namespace, pool: list, env: dict[str, str]) -> dict:
     """One load run against ``args.url`` or a server started with ``env``; its peak RSS read at the end."""
+    stats = new_stats()
     with service(args.url, args.ready_timeout, env) as (url, server_cmd, pid):
-        result = asyncio.run(run(args, url, pool))
-        result["server_peak_rss_mb"] = peak_rss_mb(pid)
-    result.update({"url": url, "server_command": shlex.join(server_cmd) if server_cmd else None})
-    return result
+        segment(args, url, pid, pool, args.duration, stats)
+        rss = peak_rss_mb(pid)
+    return {**summary(args, stats), "server_peak_rss_mb": rss, "url": url,
+            "server_command": shlex.join(server_cmd) if server_cmd else None}
+
+
+def compare(args: argparse.Namespace, pool: list, env: dict[str, str]) -> dict:
+    """The same load against a batching server and a ``PARSER_BATCHING=false`` one, both started here and
+    loaded in alternating segments (``--segments``), so that other work on the machine weighs on both
+    alike; the ratio of their words/s."""
+    env_off = {**env, "PARSER_BATCHING": "false"}
+    stats = {"batched": new_stats(), "unbatched": new_stats()}
+    with service(None, args.ready_timeout, env) as on, service(None, args.ready_timeout, env_off) as off:
+        for _ in range(args.segments):
+            for name, (url, _, pid) in (("batched", on), ("unbatched", off)):
+                segment(args, url, pid, pool, args.duration / args.segments, stats[name])
+        rss = {"batched": peak_rss_mb(on[2]), "unbatched": peak_rss_mb(off[2])}
+        commands = {"batched": on[1], "unbatched": off[1]}
+    out = {name: {**summary(args, stats[name]), "server_peak_rss_mb": rss[name],
+                  "server_command": shlex.join(commands[name] or [])} for name in stats}
+    ratios = {}
+    for key in ("words_per_s", "words_per_server_cpu_s"):
+        on_value, off_value = out["batched"][key], out["unbatched"][key]
+        ratios[f"batched_over_unbatched_{key}"] = round(on_value / off_value, 2) if on_value and off_value else None
+    return {**out["batched"], "unbatched": out["unbatched"], **ratios}
 
 
 def main() -> None:
@@ -127,7 +172,9 @@ def main() -> None:
     ap.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE",
                     help="environment of the server started here (e.g. PARSER_BATCH_WAIT_MS=2); repeatable")
     ap.add_argument("--compare-unbatched", action="store_true",
-                    help="also run against a server with PARSER_BATCHING=false and report the words/s ratio")
+                    help="run against a batching server and a PARSER_BATCHING=false one, alternating, and report "
+                    "the words/s ratio (each gets --duration seconds in all)")
+    ap.add_argument("--segments", type=int, default=4, help="alternating segments of --compare-unbatched")
     ap.add_argument("--data", type=Path, default=DEV, help="CoNLL-U file the sentences are drawn from")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=60.0, help="per-request timeout in seconds")
@@ -139,12 +186,7 @@ def main() -> None:
 
     pool = [(s.forms, s.upos) for s in read_conllu(args.data) if s.n]
     load_before = os.getloadavg()[0]  # other work on the machine skews the numbers
-    result = measure(args, pool, env)
-    if args.compare_unbatched:
-        unbatched = measure(args, pool, {**env, "PARSER_BATCHING": "false"})
-        result["unbatched"] = unbatched
-        result["batched_over_unbatched_words_per_s"] = (
-            round(result["words_per_s"] / unbatched["words_per_s"], 2) if unbatched["words_per_s"] else None)
+    result = compare(args, pool, env) if args.compare_unbatched else measure(args, pool, env)
     result.update({
         "sentences_in_pool": len(pool),
         "machine": {"cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)), "cpu": cpu_model(),
