@@ -81,13 +81,23 @@ async def client(http: httpx.AsyncClient, path: str, body: dict, pool: list, rng
             stats["errors"][str(resp.status_code)] += 1
 
 
+def batch_counts(url: str) -> tuple[float, float]:
+    """(engine calls, requests in them) so far, from the server's /metrics (0, 0 if it has none)."""
+    text = httpx.get(url + "/metrics", timeout=30).text
+    values = dict(line.rsplit(" ", 1) for line in text.splitlines()
+                  if line.startswith(("parser_batch_requests_count ", "parser_batch_requests_sum ")))
+    return float(values.get("parser_batch_requests_count", 0)), float(values.get("parser_batch_requests_sum", 0))
+
+
 def segment(args: argparse.Namespace, url: str, pid: int | None, pool: list, duration: float, stats: dict) -> None:
     """One load segment, adding to ``stats`` the server's CPU seconds it took as well."""
-    before = cpu_seconds(pid)
+    before, batches_before = cpu_seconds(pid), batch_counts(url)
     asyncio.run(run(args, url, pool, duration, stats))
-    after = cpu_seconds(pid)
+    after, batches_after = cpu_seconds(pid), batch_counts(url)
     if before is not None and after is not None:
         stats["cpu_s"] = (stats["cpu_s"] or 0.0) + after - before
+    stats["batches"] += batches_after[0] - batches_before[0]
+    stats["batched_requests"] += batches_after[1] - batches_before[1]
 
 
 async def run(args: argparse.Namespace, url: str, pool: list, duration: float, stats: dict) -> None:
@@ -110,7 +120,7 @@ async def run(args: argparse.Namespace, url: str, pool: list, duration: float, s
 
 def new_stats() -> dict:
     return {"requests": 0, "words": 0, "rejected": 0, "errors": Counter(), "latencies": [], "model": None,
-            "elapsed": 0.0, "segments": 0, "cpu_s": None}
+            "elapsed": 0.0, "segments": 0, "cpu_s": None, "batches": 0.0, "batched_requests": 0.0}
 
 
 def summary(args: argparse.Namespace, stats: dict) -> dict:
@@ -125,6 +135,8 @@ def summary(args: argparse.Namespace, stats: dict) -> dict:
         "concurrency": args.clients, "duration_s": round(elapsed, 2), "segments": stats["segments"],
         "server_cpu_s": round(cpu, 1) if cpu else None,
         "words_per_server_cpu_s": round(stats["words"] / cpu, 1) if cpu else None,
+        "requests_per_engine_call": round(stats["batched_requests"] / stats["batches"], 2) if stats["batches"]
+        else None,
     }
 
 

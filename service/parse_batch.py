@@ -8,8 +8,9 @@ the parses are split back and each request's response built on its own. If the s
 request of the batch is run again alone, so that a failure reaches only the request that causes it.
 
 A sentence's parse does not depend on the other sentences of its batch except for floating-point rounding:
-the engine's stacked BP sums in an order that depends on the stack's size (marginals differ by about
-1e-16; trees, labels and tags are the same); ``tests/test_service_batching.py`` checks this.
+the engine's stacked BP (``infer_many``) sums in an order that depends on the stack's size (on EWT dev
+sentences, probabilities differ by 1e-16 to 2e-14; trees, labels and tags are the same);
+``tests/test_service_batching.py`` checks this.
 """
 
 from __future__ import annotations
