@@ -7,7 +7,8 @@ coroutines each take a batch and run it on a worker thread, one batch per thread
 - the oldest queued ticket decides the key; its batch is taken as soon as the tickets of that key hold
   ``max_words`` words or the oldest has waited ``wait_s`` seconds, whichever comes first;
 - a batch is the oldest ticket and then, in arrival order, every further ticket of the key that still fits
-  in ``max_words`` (the first ticket always goes, however large);
+  in ``max_words`` and in an equal share of the key's queued words among the idle workers (so that idle
+  threads split the queue instead of one taking it all; the first ticket always goes, however large);
 - ``run(payloads)`` (on a thread) returns one outcome per payload, a result or the exception that request
   gets, and each outcome goes to its own ticket's future.
 
@@ -44,6 +45,7 @@ class Ticket:
                  on_end: Callable[[], None] | None) -> None:
         self.key, self.payload, self.words, self.future, self.enqueued = key, payload, words, future, enqueued
         self.started = False
+        self.due = False  # left over when idle workers split a due batch: taken without waiting again
         self._on_end = on_end
 
     def end(self) -> None:
@@ -66,10 +68,16 @@ class Batcher:
         self._changed: asyncio.Condition | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.running = 0  # batches on a thread now
+        self._idle = 0  # workers looking for a batch
 
     @property
     def queued(self) -> int:
         return len(self._queue)
+
+    @property
+    def idle(self) -> int:
+        """Workers waiting for a batch."""
+        return self._idle
 
     async def submit(self, key: Hashable, payload: Any, words: int,
                      on_end: Callable[[], None] | None = None) -> Ticket:
@@ -134,30 +142,45 @@ class Batcher:
         changed = self._changed
         assert changed is not None and self._loop is not None
         async with changed:
-            while True:
-                self._drop_cancelled()
-                if not self._queue:
-                    await changed.wait()
-                    continue
-                head = self._queue[0]
-                due_in = head.enqueued + self.wait_s - self._loop.time()
-                if self.enabled and due_in > 0 and self._queued_words[head.key] < self.max_words:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(changed.wait(), due_in)
-                    continue
-                return self._take(head.key)
+            self._idle += 1
+            try:
+                return await self._wait_for_batch(changed)
+            finally:
+                self._idle -= 1
+                if self._queue:
+                    changed.notify_all()  # another idle worker may take what is left
+
+    async def _wait_for_batch(self, changed: asyncio.Condition) -> list[Ticket]:
+        assert self._loop is not None
+        while True:
+            self._drop_cancelled()
+            if not self._queue:
+                await changed.wait()
+                continue
+            head = self._queue[0]
+            due_in = head.enqueued + self.wait_s - self._loop.time()
+            if self.enabled and not head.due and due_in > 0 and self._queued_words[head.key] < self.max_words:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), due_in)
+                continue
+            return self._take(head.key)
 
     def _take(self, key: Hashable) -> list[Ticket]:
         batch: list[Ticket] = []
         words = 0
+        share = -(-self._queued_words[key] // max(1, self._idle))  # rounded up
+        budget = min(self.max_words, share)
         for ticket in list(self._queue):
-            if ticket.key != key or (batch and (not self.enabled or words + ticket.words > self.max_words)):
+            if ticket.key != key or (batch and (not self.enabled or words + ticket.words > budget)):
                 continue
             batch.append(ticket)
             words += ticket.words
             self._unqueue(ticket)
         for ticket in batch:
             ticket.started = True
+        for ticket in self._queue:
+            if ticket.key == key:
+                ticket.due = True
         return batch
 
     def _drop_cancelled(self) -> None:

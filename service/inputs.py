@@ -55,15 +55,6 @@ def _per_sentence(values: list[list[str]] | None, field: str, tokens: list[list[
     return values
 
 
-def sentences_from_request(req: ParseRequest, entry: ModelEntry, settings: Settings,
-                           max_words: int | None = None) -> tuple[list[Sentence], list[list[TagSequence]]]:
-    """The request's sentences, checked against the model's needs and the service limits, and for each the
-    ``inference.tag_samples`` tag sequences drawn from the model's tagger if it tagged the sentence (none if
-    the request gave its tags)."""
-    sents = checked_sentences(req, entry, settings, max_words)
-    return sents, tag_sentences(entry, sents, req.inference.tag_samples or 0)
-
-
 def tag_sentences(entry: ModelEntry, sents: list[Sentence], samples: int) -> list[list[TagSequence]]:
     """Tag the sentences without UPOS in place (the model's tagger); for each sentence the ``samples`` tag
     sequences drawn for it (none for a sentence that came with its tags). Each sentence's draws are seeded

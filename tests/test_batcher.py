@@ -140,3 +140,20 @@ def test_a_failing_runner_fails_its_batch_only() -> None:
 
     boom, fine = run(scenario)
     assert isinstance(boom, RuntimeError) and fine == "FINE"
+
+
+def test_idle_workers_split_the_queue() -> None:
+    runner = Recorder()
+    batcher = Batcher(runner, workers=2, wait_s=60.0, max_words=4)
+
+    async def scenario() -> None:
+        first = await batcher.submit("k", "first", 4)  # starts the workers
+        assert await first.future == "FIRST"
+        while batcher.running or batcher.idle < 2:  # until both workers wait for tickets
+            await asyncio.sleep(0)
+        tickets = await submit_all(batcher, [("k", p, 1) for p in "abcd"])
+        assert await asyncio.gather(*(t.future for t in tickets)) == ["A", "B", "C", "D"]
+        await batcher.stop()
+
+    run(scenario)
+    assert sorted(runner.batches) == [["a", "b"], ["c", "d"], ["first"]]

@@ -44,6 +44,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (503, "at capacity, still loading, or the parse could not start in time (Retry-After)"),
         (504, "the parse did not finish within the time budget (PARSER_REQUEST_TIMEOUT_S)"))}
 
+
 async def _run(state: ServiceState, request: Request, req: ParseRequest, build: Builder, *,
                max_words: int | None = None, conllu_ok: bool = False,
                tag_samples_ok: bool = False) -> dict[str, Any] | str:
