@@ -127,6 +127,7 @@ class Batcher:
         if self._loop is not loop or self._changed is None:
             self._queue.clear()
             self._queued_words.clear()
+            self._idle = self.running = 0
             self._loop, self._changed = loop, asyncio.Condition()
             self._tasks = [loop.create_task(self._work(), name=f"batcher-{i}") for i in range(self.workers)]
         return self._changed
