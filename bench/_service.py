@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -39,22 +40,25 @@ def wait_ready(url: str, server: subprocess.Popen[bytes] | None, timeout: float)
 
 
 @contextmanager
-def service(url: str | None = None, ready_timeout: float = 300.0) -> Iterator[tuple[str, list[str] | None]]:
-    """``(url, command)`` of a ready service: ``url`` if given, else one started here with a temporary data
-    directory (its log is printed if something fails) and stopped at the end."""
+def service(url: str | None = None, ready_timeout: float = 300.0,
+            env: dict[str, str] | None = None) -> Iterator[tuple[str, list[str] | None, int | None]]:
+    """``(url, command, pid)`` of a ready service: ``url`` if given (pid None), else one started here with a
+    temporary data directory and ``env`` added to the environment (its log is printed if something fails)
+    and stopped at the end."""
     if url:
         wait_ready(url.rstrip("/"), None, ready_timeout)
-        yield url.rstrip("/"), None
+        yield url.rstrip("/"), None, None
         return
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:
         cmd = ["python", "-m", "service", "--port", str(port), "--data-dir", tmp, "--log-level", "warning"]
         log_path = Path(tmp) / "server.log"
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen([sys.executable, *cmd[1:]], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen([sys.executable, *cmd[1:]], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                    env={**os.environ, **(env or {})})
             try:
                 wait_ready(f"http://127.0.0.1:{port}", proc, ready_timeout)
-                yield f"http://127.0.0.1:{port}", cmd
+                yield f"http://127.0.0.1:{port}", [*(f"{k}={v}" for k, v in (env or {}).items()), *cmd], proc.pid
             except BaseException:
                 sys.stderr.write(log_path.read_text(errors="replace")[-4000:])
                 raise
@@ -65,3 +69,27 @@ def service(url: str | None = None, ready_timeout: float = 300.0) -> Iterator[tu
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+
+
+def peak_rss_mb(pid: int | None) -> float | None:
+    """Peak resident set size (VmHWM) of a live process in MB, from /proc (None if unknown)."""
+    if pid is None:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User plus system CPU seconds a live process (not its children) has used so far, from /proc."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)

@@ -61,7 +61,7 @@ def main() -> None:
     ap.add_argument("--ready-timeout", type=float, default=180.0)
     args = ap.parse_args()
 
-    with service(args.url, args.ready_timeout) as (url, _):
+    with service(args.url, args.ready_timeout) as (url, _, _):
         shoot(url, args.out, args.width, args.height, args.budget_ms)
     print(f"wrote {args.out}")
 

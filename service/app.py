@@ -17,8 +17,10 @@ from starlette.concurrency import run_in_threadpool
 
 import engine
 from service import problems
+from service.batcher import Batcher
 from service.limits import Admission, BodyLimitMiddleware
 from service.metrics import Metrics, MetricsMiddleware
+from service.parse_batch import run_batch
 from service.registry import ModelRegistry
 from service.routes import jobs, models, ops, parsing
 from service.settings import Settings
@@ -37,7 +39,11 @@ request body {s.max_body_bytes} bytes (413), upload to /jobs {s.max_upload_bytes
 {s.max_words} words per sentence (422; {s.max_words_kbest} for /kbest and /sample),
 {s.max_sentences} sentences and {s.max_request_words} words per request (422), k <= {s.max_k}, n <= {s.max_n},
 {s.max_iterations} BP iterations, {s.max_rounds} relaxed rounds and {s.max_tag_samples} tag samples;
-at most {s.max_pending} requests in flight, beyond that 503 with Retry-After.
+at most {s.max_pending} requests and {s.max_words_in_flight} words in flight
+(queued + running), beyond that 503 with Retry-After. A parsing request not answered within
+{s.request_timeout_s:g} s gets 504 (503 if its parse never started). Concurrent requests with the same model
+and inference settings are parsed together (batches of up to {s.batch_max_words} words, collected for at most
+{s.batch_wait_ms:g} ms){"" if s.batching else " (off)"}.
 With `API_KEY` set, the /jobs routes need `Authorization: Bearer <key>` (401); without it they answer 403
 unless the service was started with `PARSER_ALLOW_OPEN_JOBS=1`.
 """
@@ -101,10 +107,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings=settings,
         registry=ModelRegistry(settings.models_dir, settings.trained_dir, settings.default_model,
                                settings.max_tag_samples),
-        admission=Admission(settings.parse_threads, settings.max_pending, settings.retry_after_seconds,
+        admission=Admission(settings.max_pending, settings.max_words_in_flight, settings.retry_after_seconds,
                             metrics.rejected.inc),
+        batcher=Batcher(run_batch, workers=settings.parse_threads, wait_s=settings.batch_wait_ms / 1000,
+                        max_words=settings.batch_max_words, enabled=settings.batching, on_batch=metrics.batch,
+                        on_dropped=lambda reason: metrics.dropped.labels(reason).inc()),
         metrics=metrics,
     )
+    metrics.words_in_flight.set_function(lambda: state.admission.words)
     metrics.watch_jobs(lambda: state.store.counts() if state.store is not None else {})
 
     @contextlib.asynccontextmanager
@@ -116,6 +126,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             refresher.cancel()
+            await state.batcher.stop()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await loader
             if state.scheduler is not None:

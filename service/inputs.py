@@ -55,11 +55,32 @@ def _per_sentence(values: list[list[str]] | None, field: str, tokens: list[list[
     return values
 
 
-def sentences_from_request(req: ParseRequest, entry: ModelEntry, settings: Settings,
-                           max_words: int | None = None) -> tuple[list[Sentence], list[list[TagSequence]]]:
-    """The request's sentences, checked against the model's needs and the service limits, and for each the
-    ``inference.tag_samples`` tag sequences drawn from the model's tagger if it tagged the sentence (none if
-    the request gave its tags)."""
+def tag_sentences(entry: ModelEntry, sents: list[Sentence], samples: int) -> list[list[TagSequence]]:
+    """Tag the sentences without UPOS in place (the model's tagger); for each sentence the ``samples`` tag
+    sequences drawn for it (none for a sentence that came with its tags). Each sentence's draws are seeded
+    by its words, so they do not depend on the other sentences tagged with it."""
+    if entry.pipeline.tagger is None:
+        return [[] for _ in sents]
+    return entry.pipeline.tag_and_sample(sents, samples=samples)[1]
+
+
+_WORD_ESTIMATE = re.compile(r"\w+|[^\w\s]")
+
+
+def estimated_words(req: ParseRequest) -> int:
+    """The request's words, counted cheaply before any parsing (admission control): exact for ``tokens``
+    and ``conllu``; for ``text``, runs of letters and digits plus punctuation marks, close to what the
+    tokenizer makes of it."""
+    if req.tokens is not None:
+        return sum(len(words) for words in req.tokens)
+    if req.conllu is not None:
+        return sum(1 for line in req.conllu.splitlines() if line[:1].isdigit() and line.split("\t", 1)[0].isdigit())
+    return len(_WORD_ESTIMATE.findall(req.text or ""))
+
+
+def checked_sentences(req: ParseRequest, entry: ModelEntry, settings: Settings,
+                      max_words: int | None = None) -> list[Sentence]:
+    """The request's sentences (not tagged yet), checked against the model's needs and the service limits."""
     max_words = max_words or settings.max_words
     if req.text is not None:
         sents = _from_text(req.text, entry, settings, max_words)
@@ -72,9 +93,7 @@ def sentences_from_request(req: ParseRequest, entry: ModelEntry, settings: Setti
         field = "text" if req.text is not None else "tokens" if req.tokens is not None else "conllu"
         raise _invalid(f"the request has {total} words; at most {settings.max_request_words} per request "
                        "(send the rest in further requests)", field)
-    if entry.pipeline.tagger is None:
-        return sents, [[] for _ in sents]
-    return sents, entry.pipeline.tag_and_sample(sents, samples=req.inference.tag_samples or 0)[1]
+    return sents
 
 
 def _from_text(text: str, entry: ModelEntry, settings: Settings, max_words: int) -> list[Sentence]:

@@ -1,23 +1,19 @@
 """Back-pressure: request body size (413) and admission of CPU-bound work (503 + Retry-After).
 
 ``BodyLimitMiddleware`` refuses a body larger than the limit from its Content-Length before reading it,
-and stops reading a chunked body as soon as it passes the limit. ``Admission`` runs parsing in a bounded
-thread pool and admits at most ``max_pending`` requests (running plus waiting); beyond that it answers
-503 at once instead of queueing without bound.
+and stops reading a chunked body as soon as it passes the limit. ``Admission`` admits at most ``max_pending``
+requests and ``max_words`` words in flight (queued plus running); beyond that it answers 503 at once
+instead of queueing without bound. The parsing itself runs in ``service.batcher``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-import anyio
-from anyio import to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.problems import ProblemError, problem_response
-
-T = TypeVar("T")
 
 
 class BodyTooLarge(Exception):
@@ -68,22 +64,45 @@ class BodyLimitMiddleware:
         await response(scope, receive, send)
 
 
+class Admitted:
+    """One admitted request's share of the capacity; ``release`` gives it back (once, however often called)."""
+
+    def __init__(self, admission: Admission, words: int) -> None:
+        self.admission, self.words, self.released = admission, words, False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.admission.pending -= 1
+            self.admission.words -= self.words
+
+
 class Admission:
-    """At most ``threads`` requests parse at once; at most ``max_pending`` are admitted (the rest get 503)."""
+    """Admits a request while fewer than ``max_pending`` are in flight and its words fit in ``max_words``
+    beside the words already in flight (queued plus running); the rest get 503 with Retry-After at once
+    instead of queueing without bound. Counting words bounds the queued work in seconds: a 300-word text
+    costs what 300 one-word requests cost. A request larger than ``max_words`` is admitted when nothing else
+    is in flight (it could never be served otherwise; ``max_request_words`` bounds it).
 
-    def __init__(self, threads: int, max_pending: int, retry_after: int, on_reject: Callable[[], Any]) -> None:
-        self.limiter = anyio.CapacityLimiter(threads)
-        self.max_pending, self.retry_after, self.on_reject = max_pending, retry_after, on_reject
-        self.pending = 0  # touched only from the event loop thread
+    Touched only from the event loop thread; the capacity comes back when the request's work has ended
+    (parsed, or dropped before it started), not when its client stopped waiting.
+    """
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+    def __init__(self, max_pending: int, max_words: int, retry_after: int, on_reject: Callable[[], Any]) -> None:
+        self.max_pending, self.max_words, self.retry_after, self.on_reject = (max_pending, max_words, retry_after,
+                                                                              on_reject)
+        self.pending = 0
+        self.words = 0
+
+    def admit(self, words: int) -> Admitted:
         if self.pending >= self.max_pending:
-            self.on_reject()
-            raise ProblemError(503, "Service at capacity", f"{self.pending} requests are being served; retry "
-                               f"after {self.retry_after} s", kind="at-capacity",
-                               headers={"Retry-After": str(self.retry_after)})
-        self.pending += 1
-        try:
-            return await to_thread.run_sync(fn, *args, limiter=self.limiter)
-        finally:
-            self.pending -= 1
+            reason = f"{self.pending} requests are being served"
+        elif self.pending and self.words + words > self.max_words:
+            reason = f"{self.words} words are being parsed and this request has {words}"
+        else:
+            self.pending += 1
+            self.words += words
+            return Admitted(self, words)
+        self.on_reject()
+        raise ProblemError(503, "Service at capacity", f"{reason}; retry after {self.retry_after} s",
+                           kind="at-capacity", headers={"Retry-After": str(self.retry_after)})

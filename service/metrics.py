@@ -1,4 +1,5 @@
-"""Prometheus metrics (``GET /metrics``): requests, latency, sentence lengths, jobs by state.
+"""Prometheus metrics (``GET /metrics``): requests, latency, sentence lengths, batches, work dropped for
+clients that went away, words in flight, jobs by state.
 
 Each app has its own ``CollectorRegistry`` so several apps (tests) never share counters. Jobs by state are
 read from the job store at scrape time, so they are right even when another process runs the jobs.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -44,6 +45,20 @@ class Metrics:
                                buckets=(1, 5, 10, 20, 30, 40, 60, 80, 100, 150, 200, 300, 500))
         self.rejected = Counter("parser_rejected", "requests answered 503 because the service was at capacity",
                                 registry=self.registry)
+        self.dropped = Counter("parser_dropped_work", "requests whose parse was dropped before it started, by "
+                               "why: disconnected (the client went away), timeout (its time budget ran out), "
+                               "cancelled", ["reason"], registry=self.registry)
+        self.batch_requests = Histogram("parser_batch_requests", "requests per engine call (micro-batch)",
+                                        registry=self.registry, buckets=(1, 2, 4, 8, 16, 32, 64, 128))
+        self.batch_words = Histogram("parser_batch_words", "words per engine call (micro-batch)",
+                                     registry=self.registry,
+                                     buckets=(10, 25, 50, 100, 200, 400, 800, 1600, 3200, 10000))
+        self.words_in_flight = Gauge("parser_words_in_flight", "words admitted and not yet parsed or dropped "
+                                     "(queued + running)", registry=self.registry)
+
+    def batch(self, requests: int, words: int) -> None:
+        self.batch_requests.observe(requests)
+        self.batch_words.observe(words)
 
     def watch_jobs(self, counts: Callable[[], dict[str, int]]) -> None:
         self.registry.register(_JobsCollector(counts))

@@ -70,8 +70,18 @@ class Settings(BaseSettings):
                                  f"allows up to {MAX_TAG_SAMPLES})")
 
     # concurrency
-    parse_threads: int = Field(2, ge=1, description="requests parsed at the same time (threads)")
+    parse_threads: int = Field(2, ge=1, le=64, description="batches parsed at the same time (threads)")
     max_pending: int = Field(32, ge=1, description="requests admitted at once (running + waiting); beyond it 503")
+    max_words_in_flight: int = Field(1000, ge=1, le=1_000_000, description="words admitted at once (queued + "
+                                     "running, all requests together); beyond it 503. A request larger than "
+                                     "this is admitted only when nothing else is in flight")
+    batching: bool = Field(True, description="parse concurrent requests together (false: each request alone)")
+    batch_wait_ms: float = Field(5.0, ge=0.0, le=1000.0, description="how long the first request of a batch "
+                                 "waits for others with the same model and inference settings")
+    batch_max_words: int = Field(800, ge=1, le=100_000, description="words per batch: a batch is parsed as soon "
+                                 "as it holds this many (a larger request is a batch of its own)")
+    request_timeout_s: float = Field(60.0, gt=0.0, le=3600.0, description="time budget of a parsing request: "
+                                     "504 when its parse has not finished in time, 503 when it never started")
     retry_after_seconds: int = Field(1, ge=1)
     refresh_seconds: float = Field(2.0, gt=0, description="how often new models trained by jobs are picked up")
 

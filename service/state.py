@@ -1,4 +1,5 @@
-"""What the routes share: settings, model registry, admission control, metrics, the job store and scheduler.
+"""What the routes share: settings, model registry, admission control, the batcher, metrics, the job store
+and scheduler.
 
 One ``ServiceState`` per app, created by ``create_app`` and filled in by the lifespan (models are loaded at
 start-up, never at import time or on a first request). Routes get it with ``Annotated[ServiceState,
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
+from service.batcher import Batcher
 from service.limits import Admission
 from service.metrics import Metrics
 from service.problems import ProblemError
@@ -28,6 +30,7 @@ class ServiceState:
     settings: Settings
     registry: ModelRegistry
     admission: Admission
+    batcher: Batcher
     metrics: Metrics
     store: JobStore | None = None
     scheduler: Scheduler | None = None

@@ -375,25 +375,25 @@ def test_service_errors_are_problems(client: TestClient) -> None:
     assert_problem(client.post("/parse", content=huge, headers={"content-type": "application/json"}), 413)
 
 
-def test_service_admission_rejects_beyond_the_limit() -> None:
+def test_service_admission_counts_requests_and_words() -> None:
     rejected: list[int] = []
-    admission = Admission(threads=1, max_pending=2, retry_after=3, on_reject=lambda: rejected.append(1))
-
-    async def scenario() -> list[object]:
-        import threading
-
-        release = threading.Event()
-        slow = [asyncio.create_task(admission.run(release.wait, 5)) for _ in range(2)]
-        await asyncio.sleep(0.05)
-        with pytest.raises(ProblemError) as info:
-            await admission.run(lambda: 1)
-        assert info.value.status == 503 and info.value.headers == {"Retry-After": "3"}
-        release.set()
-        done = await asyncio.gather(*slow)
-        done.append(await admission.run(lambda: 2))  # capacity is back
-        return done
-
-    assert asyncio.run(scenario()) == [True, True, 2] and rejected == [1]
+    admission = Admission(max_pending=3, max_words=100, retry_after=3, on_reject=lambda: rejected.append(1))
+    first = admission.admit(60)
+    with pytest.raises(ProblemError) as info:
+        admission.admit(41)  # 60 + 41 words > 100
+    assert info.value.status == 503 and info.value.headers == {"Retry-After": "3"} and "words" in info.value.detail
+    second = admission.admit(40)
+    third = admission.admit(0)
+    with pytest.raises(ProblemError) as info:
+        admission.admit(0)  # a fourth request
+    assert "requests" in info.value.detail and rejected == [1, 1]
+    for admitted in (first, second, third, first):  # releasing twice gives back once
+        admitted.release()
+    assert (admission.pending, admission.words) == (0, 0)
+    big = admission.admit(500)  # larger than the budget: admitted when nothing else is in flight
+    with pytest.raises(ProblemError):
+        admission.admit(1)
+    big.release()
 
 
 def test_service_concurrent_requests_all_answered(client: TestClient) -> None:

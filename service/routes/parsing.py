@@ -1,24 +1,27 @@
 """Parsing routes: ``POST /parse``, ``GET|POST /marginals``, ``POST /confidence``, ``POST /kbest``, ``POST /sample``.
 
-Handlers are thin: look up the model, then run input checking, inference and JSON building in a worker
-thread under admission control (``ServiceState.admission``).
+Handlers are thin: look up the model and check the options, admit the request (``ServiceState.admission``
+counts words in flight), and hand it to the micro-batcher (``service.batcher``; input checking, inference and
+JSON building run on its worker threads, ``service.parse_batch``), waiting at most
+``PARSER_REQUEST_TIMEOUT_S`` and no longer than the client does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
-from engine.data.conllu_io import Sentence
-from engine.parser import ParsedSentence
 from engine.pipeline import MAX_TAG_SAMPLES
 from service import parsing
-from service.inputs import sentences_from_request
+from service.batcher import ShuttingDown, Ticket
+from service.inputs import estimated_words
+from service.parse_batch import Builder, ParseWork
 from service.problems import ProblemError
 from service.schemas import (
     MODEL_REF,
@@ -38,13 +41,16 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": Problem, "description": text} for code, text in (
         (400, "malformed JSON"), (404, "unknown model"), (413, "request body too large"),
         (422, "invalid input (the problem names the field, sentence, word or line)"),
-        (503, "at capacity or still loading (Retry-After)"))}
+        (503, "at capacity, still loading, or the parse could not start in time (Retry-After)"),
+        (504, "the parse did not finish within the time budget (PARSER_REQUEST_TIMEOUT_S)"))}
 
-Builder = Callable[[list[Sentence], list[ParsedSentence]], Any]
 
-
-async def _run(state: ServiceState, req: ParseRequest, build: Builder, *, max_words: int | None = None,
-               conllu_ok: bool = False, tag_samples_ok: bool = False) -> dict[str, Any] | str:
+async def _run(state: ServiceState, request: Request, req: ParseRequest, build: Builder, *,
+               max_words: int | None = None, conllu_ok: bool = False,
+               tag_samples_ok: bool = False) -> dict[str, Any] | str:
+    """Check the request's options, admit it (words in flight), queue it for the batcher and wait for its
+    response within the time budget, or until its client goes away."""
+    deadline = time.monotonic() + state.settings.request_timeout_s
     entry = state.model(req.model)
     if req.inference.tag_samples and not tag_samples_ok:
         raise ProblemError(422, "Invalid input", "inference.tag_samples is available on /parse and /marginals "
@@ -64,40 +70,77 @@ async def _run(state: ServiceState, req: ParseRequest, build: Builder, *, max_wo
     if req.output == "conllu" and not conllu_ok:
         raise ProblemError(422, "Invalid input", "output=conllu is available on /parse only", kind="invalid-input",
                            field="output")
+    work = ParseWork(req, entry, build, state.settings, max_words, state.metrics.words.observe)
+    words = estimated_words(req)
+    admitted = state.admission.admit(words)
+    try:
+        ticket = await state.batcher.submit(work.key(), work, words, on_end=admitted.release)
+    except BaseException:
+        admitted.release()
+        raise
+    result: dict[str, Any] | str = await _outcome(state, request, ticket, deadline)
+    return result
 
-    def work() -> dict[str, Any] | str:
-        sentences, draws = sentences_from_request(req, entry, state.settings, max_words)
-        for s in sentences:
-            state.metrics.words.observe(s.n)
-        parsed = parsing.run_inference(entry, sentences, req.inference, draws)
-        result = build(sentences, parsed)
-        if isinstance(result, str):
-            return result
-        return {"model": {"name": entry.name, "version": entry.version}, "sentences": result}
 
-    return await state.admission.run(work)
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone (the body has been read, so the next message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _outcome(state: ServiceState, request: Request, ticket: Ticket, deadline: float) -> Any:
+    """The ticket's outcome; if the client goes away or the time budget runs out first, the ticket is
+    abandoned (dropped if its parse has not started) and the request answered 499 (nobody reads it), or
+    504 (started) or 503 (never started) as a problem document."""
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({ticket.future, gone}, timeout=max(0.0, deadline - time.monotonic()),
+                           return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        state.batcher.abandon(ticket, "cancelled")
+        raise
+    finally:
+        gone.cancel()
+    if ticket.future.done() and not ticket.future.cancelled():
+        try:
+            return ticket.future.result()
+        except ShuttingDown as e:
+            raise ProblemError(503, "Shutting down", str(e), kind="shutting-down",
+                               headers={"Retry-After": str(state.settings.retry_after_seconds)}) from e
+    if gone.done() and not gone.cancelled():
+        state.batcher.abandon(ticket, "disconnected")
+        raise ProblemError(499, "Client closed request", "the client went away before its parse was ready",
+                           kind="client-closed-request")
+    budget = f"{state.settings.request_timeout_s:g} s"
+    if state.batcher.abandon(ticket, "timeout"):
+        raise ProblemError(504, "Parse timed out", f"the parse did not finish within the time budget of {budget}",
+                           kind="timeout")
+    raise ProblemError(503, "Service at capacity", f"the parse could not start within the time budget of "
+                       f"{budget}; retry after {state.settings.retry_after_seconds} s", kind="at-capacity",
+                       headers={"Retry-After": str(state.settings.retry_after_seconds)})
 
 
 @router.post("/parse", response_model=ParseResponse, responses={
     **ERRORS, 200: {"content": {"text/conllu": {}}, "description": "parsed sentences (JSON or CoNLL-U)"}})
-async def parse(req: ParseRequest, state: State) -> Response:
+async def parse(req: ParseRequest, state: State, request: Request) -> Response:
     """The MBR tree of each sentence, every word with its head, label and the head's marginal probability."""
     build: Builder = parsing.parse_conllu if req.output == "conllu" else parsing.parse_json
-    result = await _run(state, req, build, conllu_ok=True, tag_samples_ok=True)
+    result = await _run(state, request, req, build, conllu_ok=True, tag_samples_ok=True)
     if isinstance(result, str):
         return Response(result, media_type="text/conllu; charset=utf-8")
     return JSONResponse(result)
 
 
 @router.post("/marginals", response_model=MarginalsResponse, responses=ERRORS)
-async def marginals_post(req: ParseRequest, state: State) -> JSONResponse:
+async def marginals_post(req: ParseRequest, state: State, request: Request) -> JSONResponse:
     """Arc marginals: ``marginals[m-1][h]`` is the probability that word m's head is h (h = 0 is ROOT)."""
-    return JSONResponse(await _run(state, req, parsing.marginals_json, tag_samples_ok=True))
+    return JSONResponse(await _run(state, request, req, parsing.marginals_json, tag_samples_ok=True))
 
 
 @router.get("/marginals", response_model=MarginalsResponse, responses=ERRORS)
 async def marginals_get(
     state: State,
+    request: Request,
     text: Annotated[str | None, Query(max_length=10_000, description="raw text (needs a tokenizer)")] = None,
     tokens: Annotated[list[str] | None, Query(description="the words of one sentence, repeated")] = None,
     tags: Annotated[list[str] | None, Query(description="UPOS of each word, repeated")] = None,
@@ -116,30 +159,30 @@ async def marginals_get(
                                                                      ("tag_samples", tag_samples)) if v is not None})
     except ValidationError as e:
         raise RequestValidationError([{**err, "loc": ("query", *err["loc"])} for err in e.errors()]) from e
-    return JSONResponse(await _run(state, req, parsing.marginals_json, tag_samples_ok=True))
+    return JSONResponse(await _run(state, request, req, parsing.marginals_json, tag_samples_ok=True))
 
 
 @router.post("/confidence", response_model=ConfidenceResponse, responses=ERRORS)
-async def confidence(req: ParseRequest, state: State) -> JSONResponse:
+async def confidence(req: ParseRequest, state: State, request: Request) -> JSONResponse:
     """Each chosen head's probability with the interval of Riedel & Smith (2010) Proposition 2."""
-    return JSONResponse(await _run(state, req, parsing.confidence_json))
+    return JSONResponse(await _run(state, request, req, parsing.confidence_json))
 
 
 @router.post("/kbest", response_model=TreesResponse, responses=ERRORS)
-async def kbest(req: KBestRequest, state: State) -> JSONResponse:
+async def kbest(req: KBestRequest, state: State, request: Request) -> JSONResponse:
     """The k most probable trees of each sentence, best first, with their log-probabilities."""
     if req.k > state.settings.max_k:
         raise ProblemError(422, "Invalid input", f"k is at most {state.settings.max_k}", kind="invalid-input",
                            field="k")
-    return JSONResponse(await _run(state, req, lambda s, p: parsing.trees_json(s, p, k=req.k),
+    return JSONResponse(await _run(state, request, req, lambda s, p: parsing.trees_json(s, p, k=req.k),
                                    max_words=state.settings.max_words_kbest))
 
 
 @router.post("/sample", response_model=TreesResponse, responses=ERRORS)
-async def sample(req: SampleRequest, state: State) -> JSONResponse:
+async def sample(req: SampleRequest, state: State, request: Request) -> JSONResponse:
     """``n`` trees drawn from each sentence's distribution (reproducible with ``seed``)."""
     if req.n > state.settings.max_n:
         raise ProblemError(422, "Invalid input", f"n is at most {state.settings.max_n}", kind="invalid-input",
                            field="n")
-    return JSONResponse(await _run(state, req, lambda s, p: parsing.trees_json(s, p, n=req.n, seed=req.seed),
+    return JSONResponse(await _run(state, request, req, lambda s, p: parsing.trees_json(s, p, n=req.n, seed=req.seed),
                                    max_words=state.settings.max_words_kbest))
