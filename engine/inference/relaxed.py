@@ -229,8 +229,10 @@ class _Stack:
     candidates at once. With ``warm``, each solve starts from the messages of the previous one (factors
     added since from uninformative ones), and families whose update would repeat the previous solve's
     last one (``StackResult.settled``: TREE and LINK after the first, exact solve) are not updated again.
-    Sentences leave the stack when their controller stops (``keep``); per-sentence diagnostics are kept
-    by their index in the original stack (``ids``)."""
+    A candidate family's messages are kept for the factors of its last sub-graph only (``sparse``,
+    ``_grown``), so no round builds an array over all O(n^3) candidates besides the gain scan's and eta's
+    passes, which read each candidate once. Sentences leave the stack when their controller stops
+    (``keep``); per-sentence diagnostics are kept by their index in the original stack (``ids``)."""
 
     def __init__(self, families: list[FactorFamily], valid: np.ndarray, active: dict[int, np.ndarray],
                  warm: bool) -> None:
