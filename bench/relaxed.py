@@ -74,7 +74,7 @@ def configs(tolerance: float, caps: list[int] | None = None) -> list[tuple[str, 
     extra: list[tuple[str, InferenceConfig]] = [
         (f"Rel(1, 1e-4, {b})", RelaxedConfig(epsilon=1e-4, rounds=1, bp_iterations=b, tolerance=tolerance))
         for b in caps or []]
-    return [
+    rows: list[tuple[str, InferenceConfig]] = [
         ("BP (10 iterations)", BPConfig(max_iterations=10, schedule="serial", tolerance=tolerance)),
         ("Rel(inf, 1e-4, 5)", RelaxedConfig(epsilon=1e-4, rounds=None, bp_iterations=5, tolerance=tolerance)),
         ("Rel(inf, 1e-4, 50)", RelaxedConfig(epsilon=1e-4, rounds=None, bp_iterations=50, tolerance=tolerance)),
@@ -82,7 +82,8 @@ def configs(tolerance: float, caps: list[int] | None = None) -> list[tuple[str, 
         ("Rel(inf, 0.1, 50)", RelaxedConfig(epsilon=0.1, rounds=None, bp_iterations=50, tolerance=tolerance)),
         ("Pruned(0.1)", PrunedConfig(threshold=0.1, bp_iterations=10, tolerance=tolerance)),
         ("Pruned(0.5)", PrunedConfig(threshold=0.5, bp_iterations=10, tolerance=tolerance)),
-    ] + extra
+    ]
+    return rows + extra
 
 
 def table(args: argparse.Namespace) -> None:
