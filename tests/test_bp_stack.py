@@ -11,7 +11,7 @@ from engine.graph.childseq import ChildSeq
 from engine.graph.family import FactorFamily
 from engine.graph.family import all_arcs as _valid
 from engine.graph.hard import Link
-from engine.graph.pairwise import PairFamily, grand_arcs, sib_arcs
+from engine.graph.pairwise import _STACK_LOOP, PairFamily, grand_arcs, sib_arcs
 from engine.graph.tree import Tree
 from engine.inference.bp import BPConfig, Graph, run_bp, run_bp_many
 from engine.inference.relaxed import PrunedConfig, RelaxedConfig, infer, infer_many
@@ -118,3 +118,24 @@ def test_relaxed_and_pruned_stacks_match_each_sentence_alone(config: RelaxedConf
             np.testing.assert_array_equal(got.selected[name], mask)  # type: ignore[attr-defined]
     if isinstance(config, RelaxedConfig) and config.rounds is None:  # sentences stop after different rounds
         assert len({r.rounds for r in single}) > 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("length, count", [(4, 5), (18, 4)])
+def test_pair_family_stack_offsets_each_sentence_and_runs_like_each_alone(length: int, count: int) -> None:
+    """``PairFamily.stack`` (either way of offsetting the arc indices): factor f of sentence j reads arc
+    ``j (n+1)^2 + a_f``, and relaxed BP on the stack equals each sentence alone."""
+    rng = np.random.default_rng(length)
+    graphs = [_graph(length, rng, prune=0.2) for _ in range(count)]
+    area = (length + 1) ** 2
+    sizes = [sum(g[0][k].size for g in graphs) for k in (2, 3)]
+    assert max(sizes) >= _STACK_LOOP if length > 10 else max(sizes) < _STACK_LOOP  # both ways of stacking
+    for k in (2, 3):
+        parts = [g[0][k] for g in graphs]
+        stacked = PairFamily.stack(parts)
+        assert isinstance(stacked, PairFamily)
+        np.testing.assert_array_equal(stacked._a, np.concatenate([p._a + j * area for j, p in enumerate(parts)]))
+        np.testing.assert_array_equal(stacked._b, np.concatenate([p._b + j * area for j, p in enumerate(parts)]))
+        np.testing.assert_array_equal(stacked.bounds, np.cumsum([0] + [p.size for p in parts]))
+    config = RelaxedConfig(epsilon=1e-3, rounds=None, bp_iterations=20)
+    for got, want in zip(infer_many(graphs, config), [infer(f, v, config) for f, v in graphs], strict=True):
+        _same(got, want)

@@ -31,7 +31,9 @@ from engine.inference.relaxed import (
     pruned_bp,
     relaxed_bp,
 )
-from engine.inference.relaxed import _gain_exceeds as gain_exceeds
+from engine.inference.relaxed import _grown as grown
+from engine.inference.relaxed import _kept as kept
+from engine.inference.relaxed_gain import gain_exceeds
 
 ROOT = Path(__file__).resolve().parents[1]
 O2 = ROOT / "models" / "en_ewt-o2"
@@ -240,6 +242,63 @@ def test_relaxed_algorithm_stops_when_no_gain_exceeds_epsilon() -> None:
     diag = result.diagnostics()
     assert diag["method"] == "relaxed" and diag["kl_bound"] == diag["eta"] == result.eta
     assert diag["bp_iterations"] == result.iterations and diag["inference_seconds"] > 0
+
+
+@pytest.mark.parametrize("epsilon", [1e-4, 1e-2])
+def test_relaxed_one_round_equals_a_loop_over_candidates(epsilon: float) -> None:
+    """Rel(1, eps, B) against Algorithm 1 written out one candidate at a time: every GRAND/SIB factor whose
+    eq. 3 gain under the exact first-order marginals (mu = b(L_a) b(L_b)) exceeds eps is in the graph and
+    no other; eta is Prop. 2 summed factor by factor over those left out, under the final beliefs."""
+    rng = np.random.default_rng(13)
+    partial = False
+    for n in (3, 5, 8):
+        full, _, valid = _model(n, rng, scale=1.0, keep=0.0)
+        result = relaxed_bp(full, valid, RelaxedConfig(epsilon=epsilon, rounds=1, bp_iterations=50))
+        first = run_bp(full[:2], valid, BPConfig(max_iterations=1)).beliefs
+        eta = 0.0
+        for fam in full[2:]:
+            chosen = np.zeros(fam.size, dtype=bool)
+            for f in range(fam.size):
+                (ah, am, bh, bm), theta = (int(x[f]) for x in (fam.ah, fam.am, fam.bh, fam.bm)), fam.theta[f]
+                chosen[f] = factor_gain(np.array([first[ah, am] * first[bh, bm]]), np.array([theta]))[0] > epsilon
+                if not chosen[f]:
+                    eta += eta_bound(np.array([result.beliefs[ah, am] * result.beliefs[bh, bm]]), np.array([theta]))
+            np.testing.assert_array_equal(result.selected[fam.name], chosen)
+        partial |= 0 < result.factors_used < result.factors_total
+        assert result.eta == pytest.approx(eta, rel=1e-9, abs=1e-12)
+    assert partial  # some candidates were left out
+
+
+def test_relaxed_exact_first_solve_reports_convergence() -> None:
+    """TREE + LINK alone is exact after one Matrix-Tree call: a sentence that adds no factor (or has none to
+    add, one word) ends there, converged."""
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 6):
+        full, _, valid = _model(n, rng, scale=1.0, keep=0.0)
+        result = relaxed_bp(full, valid, RelaxedConfig(epsilon=1e9))
+        assert result.converged and result.iterations == 1 and result.factors_used == 0
+
+
+def test_relaxed_warm_start_bookkeeping_equals_dense_messages() -> None:
+    """The controller keeps a candidate family's messages only for the factors that were in the graph
+    (``_grown``, ``_kept``): the same numbers as keeping messages for every factor, zero for those never in
+    the graph, and slicing them (new factors, the sentences that go on)."""
+    rng = np.random.default_rng(5)
+    bounds = np.array([0, 7, 7, 19, 30, 41])  # a stack of 5 sentences' factors, one of them without any
+    for _ in range(20):
+        before = np.flatnonzero(rng.random(41) < 0.3)
+        index = np.union1d(before, np.flatnonzero(rng.random(41) < 0.2))
+        dense = np.zeros((2, 41))
+        dense[:, before] = rng.normal(size=(2, len(before)))
+        np.testing.assert_array_equal(grown((before, dense[:, before]), index), dense[:, index])
+        assert grown(None, index) is None
+        keep = np.flatnonzero(rng.random(5) < 0.6)
+        parts = [np.arange(bounds[j], bounds[j + 1]) for j in keep]
+        rows = np.concatenate(parts) if parts else np.zeros(0, dtype=int)  # the kept sentences' factors, in order
+        present = np.isin(rows, before)
+        got_index, got_packed = kept(before, dense[:, before], bounds, keep)
+        np.testing.assert_array_equal(got_index, np.flatnonzero(present))
+        np.testing.assert_array_equal(got_packed, dense[:, rows[present]])
 
 
 def test_relaxed_pruned_baseline_drops_small_weights() -> None:

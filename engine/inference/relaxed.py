@@ -49,13 +49,12 @@ then already what the tree factor would send at the start of the next solve (new
 0), so that solve does not recompute it (``BPResult.settled``, ``engine.inference.bp.Repeats``). Each
 BP iteration costs one tree update plus the pairwise updates of the factors in F'. Each separation
 round costs O(F) over the F candidates: two bounds screen most of them before eq. 3, the first
-without an exponential per factor (``_gain_exceeds``). eta costs another O(F) pass over the final
+without an exponential per factor (``relaxed_gain.gain_exceeds``). eta costs another O(F) pass over the final
 beliefs, without an exponential either.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -80,6 +79,14 @@ from engine.inference.bp import (
     stack_graphs,
 )
 from engine.inference.fields import Setting, check_settings, setting
+from engine.inference.relaxed_gain import (
+    eta_bound,
+    factor_gain,
+    gain_exceeds,
+    marginal_interval,
+    pair_feature_expectations,
+    positive_form,
+)
 
 __all__ = ["PrunedConfig", "RelaxedConfig", "RelaxedResult", "eta_bound", "factor_gain", "infer", "infer_many",
            "marginal_interval", "pair_feature_expectations", "pruned_bp", "pruned_bp_many", "relaxed_bp",
@@ -165,108 +172,10 @@ class RelaxedResult(BPResult):
                 "inference_seconds": self.seconds}
 
 
-# -- Propositions 1 and 2 -----------------------------------------------------------------------------
-def _positive(mu: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Negated form of Prop. 2: (|theta|, probability that the possibly negated feature fires)."""
-    mu = np.minimum(np.maximum(np.asarray(mu, dtype=np.float64), 0.0), 1.0)  # np.clip, in fewer calls
-    theta = np.asarray(theta, dtype=np.float64)
-    return np.abs(theta), np.where(theta >= 0.0, mu, 1.0 - mu)
-
-
-def factor_gain(mu: np.ndarray, theta: np.ndarray) -> np.ndarray:
-    """Gain of adding each binary factor (Riedel & Smith Prop. 1, eq. 3), elementwise, >= 0:
-    ``g = log(1 - mu + mu e^theta) - mu theta = D(p_F' || p_F'+i)``.
-
-    ``mu`` (F,) probability that the factor's feature fires under the current graph, ``theta`` (F,)
-    finite weights. Evaluated on the negated form (theta >= 0, the gain does not change) as
-    ``(1 - m) t + log(s)`` with ``s = m + (1 - m) e^-t``: by ``log1p(s - 1)``, with ``s - 1 = (1 - m)
-    expm1(-t)`` exact to rounding, where s >= 1/2, and as ``log(s)`` (a sum of two non-negative terms,
-    also exact to rounding) where s < 1/2. No overflow for any finite weight. O(F).
-
-    >>> float(np.round(factor_gain(np.array([0.5]), np.array([2.0]))[0], 6))
-    0.433781
-    """
-    return _gain(*_positive(mu, theta))
-
-
-def _gain(t: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """``factor_gain`` on the negated form: weights ``t >= 0``, probabilities ``m`` in [0, 1]."""
-    off = 1.0 - m
-    minus_t = -t
-    inner = off * np.expm1(minus_t)  # s - 1
-    with np.errstate(divide="ignore"):  # s = 0 (m = 0, e^-t below the smallest double): log -inf, gain 0
-        log_s = np.where(inner < -0.5, np.log(m + off * np.exp(minus_t)), np.log1p(inner))
-    return np.maximum(off * t + log_s, 0.0)
-
-
-def eta_bound(mu: np.ndarray, theta: np.ndarray) -> float:
-    """eta of Riedel & Smith Prop. 2 over left-out factors with weights ``theta`` (F,) whose features
-    fire with probability ``mu`` (F,) under the sub-graph: ``sum |theta| (1 - mu~)`` with mu~ the
-    probability of the (negated where theta < 0) feature. Bounds D(p_F' || p_F). O(F)."""
-    t, m = _positive(mu, theta)
-    return float(np.dot(t, 1.0 - m))
-
-
-def marginal_interval(mu: np.ndarray, eta: float) -> tuple[np.ndarray, np.ndarray]:
-    """Interval for the full model's marginal of an event with probability ``mu`` under the sub-graph
-    (Riedel & Smith Prop. 2 from ``p_F <= e^eta p_F'``, applied to the event and its complement):
-    ``[mu - (e^eta - 1)(1 - mu), mu + (e^eta - 1) mu]`` clipped to [0, 1]; the upper end is the
-    paper's, the lower end the sound one (see the module docstring)."""
-    mu = np.clip(np.asarray(mu, dtype=np.float64), 0.0, 1.0)
-    width = math.expm1(eta) if eta < 700.0 else math.inf
-    with np.errstate(invalid="ignore"):  # inf * 0 where mu is exactly 0 or 1
-        lower = np.where(mu >= 1.0, 1.0, mu - width * (1.0 - mu))
-        upper = np.where(mu <= 0.0, 0.0, mu + width * mu)
-    return np.clip(lower, 0.0, 1.0), np.clip(upper, 0.0, 1.0)
-
-
-def pair_feature_expectations(family: PairFamily, beliefs: np.ndarray,
-                              index: np.ndarray | None = None) -> np.ndarray:
-    """mu ~ b(L_a) b(L_b) for the factors ``index`` of ``family`` (all by default): the probability that
-    both links are on, approximated by the product of the link beliefs (n+1, n+1)."""
-    b_a, b_b = family.unpack(family.gather_flat(beliefs.reshape(-1)))
-    if index is not None:
-        b_a, b_b = b_a[index], b_b[index]
-    return b_a * b_b
-
-
 # -- the controller -----------------------------------------------------------------------------------
 def _candidates(families: Sequence[FactorFamily]) -> list[int]:
     """Indices of the soft pairwise families (finite weights): the factors relaxation may leave out."""
     return [i for i, f in enumerate(families) if isinstance(f, PairFamily) and np.isfinite(f.theta).all()]
-
-
-def _gain_exceeds(mu: np.ndarray, theta: np.ndarray, epsilon: float) -> np.ndarray:
-    """Indices of the factors whose gain (Prop. 1, eq. 3) exceeds ``epsilon``, for features firing with
-    probability ``mu`` (F,) and weights ``theta`` (F,). Two upper bounds on the gain rule out most
-    candidates before eq. 3 proper (``factor_gain``) is evaluated, each with a factor-2 margin that
-    absorbs rounding. Since log(1 + x) <= x, eq. 3 gives ``g <= mu c(theta)`` with ``c(theta) = e^theta - 1
-    - theta``; and ``c(theta) <= kappa theta^2`` for every ``theta <= t``, the family's largest weight,
-    with ``kappa = max(c(t) / t^2, 1/2)`` (``c(theta) / theta^2`` is a power series in theta with positive
-    coefficients, so it increases for theta > 0, and it is at most 1/2 for theta <= 0). The looser bound,
-    ``mu kappa theta^2``, needs no exponential per factor (one costs tens of multiplications) and rules
-    out most candidates (about 88% on EWT), because most arcs have a small belief; ``mu c(theta)`` is
-    evaluated only on the rest, and eq. 3 on what is left after that. O(F)."""
-    if epsilon <= 0.0:
-        return np.flatnonzero(factor_gain(mu, theta) > epsilon)
-    with np.errstate(over="ignore", invalid="ignore"):  # theta > 709: inf, and 0 * inf where mu = 0
-        rest = np.flatnonzero(mu * (theta * theta) > 0.5 * epsilon / _square_bound(float(np.max(theta, initial=0.0))))
-        if not len(rest):
-            return rest
-        mu, theta = mu[rest], theta[rest]
-        keep = mu * (np.expm1(theta) - theta) > 0.5 * epsilon
-    rest, mu, theta = rest[keep], mu[keep], theta[keep]
-    if not len(rest):
-        return rest
-    return rest[_gain(np.abs(theta), np.where(theta >= 0.0, mu, 1.0 - mu)) > epsilon]  # eq. 3, mu in [0, 1]
-
-
-def _square_bound(t: float) -> float:
-    """``kappa`` with ``e^theta - 1 - theta <= kappa theta^2`` for every ``theta <= t`` (``_gain_exceeds``);
-    inf where ``e^t`` (nearly) overflows."""
-    if t <= 0.0:
-        return 0.5
-    return max((math.expm1(t) - t) / (t * t), 0.5) if t < 700.0 else math.inf
 
 
 def _segment_sums(values: np.ndarray, cuts: np.ndarray) -> np.ndarray:
@@ -283,6 +192,32 @@ def _bounds(family: FactorFamily) -> np.ndarray:
     return family.bounds if family.bounds is not None else np.array([0, family.size])  # type: ignore[attr-defined]
 
 
+def _grown(old: tuple[np.ndarray, np.ndarray] | None, index: np.ndarray) -> np.ndarray | None:
+    """Packed messages for the factors ``index`` (ascending) of a candidate family from its last solve's
+    ``(factors, messages)``, a subset of ``index`` (factors are only ever added): the old factors keep their
+    messages, the new ones start uninformative (0). O(|index|). None without a last solve."""
+    if old is None:
+        return None
+    before, packed = old
+    if len(before) == len(index):  # nothing added
+        return packed
+    grown = np.zeros((*packed.shape[:-1], len(index)))
+    grown[..., np.searchsorted(index, before)] = packed
+    return grown
+
+
+def _kept(index: np.ndarray, packed: np.ndarray, bounds: np.ndarray,
+          keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(factors, messages)`` of a stacked candidate family restricted to the stack's sentences ``keep``
+    (ascending), the factor indices renumbered for the family of those sentences (``sentences``)."""
+    owner = np.searchsorted(bounds, index, side="right") - 1  # each factor's sentence
+    inside = np.isin(owner, keep)
+    sizes = np.diff(bounds)[keep]
+    shift = np.zeros(len(bounds) - 1, dtype=np.int64)
+    shift[keep] = bounds[keep] - np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    return index[inside] - shift[owner[inside]], packed[..., inside]
+
+
 class _Stack:
     """The current sub-graphs F' of a stack of sentences (``engine.graph.family``; one sentence is a stack
     of one): every non-candidate family, and the active factors of each candidate family. Each solve runs
@@ -290,15 +225,23 @@ class _Stack:
     candidates at once. With ``warm``, each solve starts from the messages of the previous one (factors
     added since from uninformative ones), and families whose update would repeat the previous solve's
     last one (``StackResult.settled``: TREE and LINK after the first, exact solve) are not updated again.
-    Sentences leave the stack when their controller stops (``keep``); per-sentence diagnostics are kept
-    by their index in the original stack (``ids``)."""
+    A candidate family's messages are kept for the factors of its last sub-graph only (``sparse``,
+    ``_grown``), so no round builds an array over all O(n^3) candidates besides the gain scan's and eta's
+    passes, which read each candidate once. Sentences leave the stack when their controller stops
+    (``keep``); per-sentence diagnostics are kept by their index in the original stack (``ids``)."""
 
     def __init__(self, families: list[FactorFamily], valid: np.ndarray, active: dict[int, np.ndarray],
                  warm: bool) -> None:
         self.families, self.valid, self.active, self.warm = families, valid, active, warm
         count = 1 if valid.ndim == 2 else len(valid)
         self.ids = np.arange(count)
-        self.saved: dict[int, np.ndarray] = {}  # per family, packed messages over all its factors (0: never active)
+        self.saved: dict[int, np.ndarray] = {}  # per non-candidate family, its packed messages
+        # per candidate family, the factors of its last solve (indices into the family) and their packed messages
+        self.sparse: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.used = np.zeros(count, dtype=int)  # per sentence, the candidate factors in its graph
+        for i, mask in active.items():
+            if mask.any():
+                self.used += np.diff(np.searchsorted(np.flatnonzero(mask), _bounds(families[i])))
         self.last: tuple[list[np.ndarray | None], StackResult] | None = None
         self.settled: frozenset[int] = frozenset()
         self.iterations = np.zeros(count, dtype=int)
@@ -317,12 +260,8 @@ class _Stack:
         for i, (index, packed) in enumerate(zip(owners, result.packed, strict=True)):
             if index is None:
                 self.saved[i] = packed
-            else:
-                full = self.saved.get(i)
-                if full is None:
-                    full = np.zeros((*packed.shape[:-1], self.families[i].size))  # type: ignore[attr-defined]
-                full[..., index] = packed
-                self.saved[i] = full
+            else:  # only the factors that were in the graph: O(|F'|), not O(F)
+                self.sparse[i] = (index, packed)
         self.settled = frozenset(i for i in result.settled if owners[i] is None)
         self.last = None
 
@@ -339,18 +278,21 @@ class _Stack:
             if i in self.active:
                 index = np.flatnonzero(self.active[i])
                 f = f.select(index)  # type: ignore[attr-defined]
-            old = self.saved.get(i) if self.warm else None
+            old = None if not self.warm else self.saved.get(i) if index is None else _grown(self.sparse.get(i), index)
             if old is None:
                 fresh.append(i)
                 packed.append(f.initial_packed())
             else:
-                packed.append(old if index is None else old[..., index])
+                packed.append(old)
             members.append(f)
             owners.append(index)
-        if isinstance(members[0], ArcFamily) and all(isinstance(f, Link) or getattr(f, "size", 1) == 0
-                                                     for f in members[1:]):
-            config = BPConfig(max_iterations=1, schedule="flooding", clip=config.clip)  # one arc factor + LINK: exact
+        exact = isinstance(members[0], ArcFamily) and all(isinstance(f, Link) or getattr(f, "size", 1) == 0
+                                                          for f in members[1:])
+        if exact:  # one arc factor + LINK: exact after one update
+            config = BPConfig(max_iterations=1, schedule="flooding", clip=config.clip)
         result = run_stack(members, self.valid, config, packed, self.settled if self.warm else (), fresh)
+        if exact:  # its one iteration changed the beliefs from the uninformative start, yet they are exact
+            result.converged[:] = True
         self.iterations[self.ids] += result.iterations
         self.last = (owners, result) if self.warm else None
         return result
@@ -366,19 +308,23 @@ class _Stack:
         scored = []
         for i, active in self.active.items():
             fam: PairFamily = self.families[i]  # type: ignore[assignment]
-            every = not active.any()
-            out = np.arange(len(active)) if every else np.flatnonzero(~active)
-            mu = pair_feature_expectations(fam, beliefs, None if every else out)
-            theta = fam.theta if every else fam.theta[out]
-            new = out[_gain_exceeds(mu, theta, epsilon)]
+            bounds = _bounds(fam)
+            if not active.any():  # every factor is a candidate: no index array over all of them
+                mu, theta = pair_feature_expectations(fam, beliefs), fam.theta
+                new, cuts = gain_exceeds(mu, theta, epsilon), bounds
+            else:
+                out = np.flatnonzero(~active)
+                mu, theta = pair_feature_expectations(fam, beliefs, out), fam.theta[out]
+                new, cuts = out[gain_exceeds(mu, theta, epsilon)], np.searchsorted(out, bounds)
             active[new] = True
-            added += np.diff(np.searchsorted(new, _bounds(fam)))
-            scored.append((np.searchsorted(out, _bounds(fam)), mu, theta))
+            added += np.diff(np.searchsorted(new, bounds))
+            scored.append((cuts, mu, theta))
+        self.used[self.ids] += added
         none = added == 0
         if none.any():  # the left-out factors are exactly those just scored, under the final beliefs
             eta = np.zeros(self.count)
             for cuts, mu, theta in scored:
-                t, m = _positive(mu, theta)  # eta_bound's terms, per factor
+                t, m = positive_form(mu, theta)  # eta_bound's terms, per factor
                 eta += _segment_sums(t * (1.0 - m), cuts)
             self.eta[self.ids[none]] = eta[none]
         return added
@@ -391,12 +337,12 @@ class _Stack:
         eta = np.zeros(self.count)
         for i, mask in self.active.items():
             fam: PairFamily = self.families[i]  # type: ignore[assignment]
-            w = np.where(mask, 0.0, fam.theta)
             both = fam.gather_flat(beliefs)  # (2, F): the beliefs of each factor's two links
             term = both[0]
             term *= both[1]  # mu
-            term *= w
-            np.subtract(np.maximum(w, 0.0, out=w), term, out=term)
+            term *= fam.theta
+            np.subtract(np.maximum(fam.theta, 0.0), term, out=term)
+            term[mask] = 0.0  # the factors in the graph
             eta += _segment_sums(term, _bounds(fam))
         return eta
 
@@ -408,14 +354,12 @@ class _Stack:
             eta = self.left_out_eta(result)
             self.eta[self.ids[which]] = np.where(np.isnan(self.eta[self.ids[which]]), eta[which],
                                                  self.eta[self.ids[which]])
-        used = np.zeros(self.count, dtype=int)
+        used = self.used[self.ids]
         total = np.zeros(self.count, dtype=int)
         selected: dict[str, list[np.ndarray]] = {}
         for i, mask in self.active.items():
             fam = self.families[i]
-            bounds = _bounds(fam)
-            used += _segment_sums(mask.astype(float), bounds).astype(int)
-            total += np.diff(bounds)
+            total += np.diff(_bounds(fam))
             selected[fam.name] = fam.split(mask) if fam.bounds is not None else [mask.copy()]
         results = result.results()
         for k in np.flatnonzero(which):
@@ -436,6 +380,8 @@ class _Stack:
             self._save_last()
         self.active = {i: self.families[i].take(m, keep) for i, m in self.active.items()}
         self.saved = {i: self.families[i].take(m, keep) for i, m in self.saved.items()}
+        self.sparse = {i: _kept(index, packed, _bounds(self.families[i]), keep)
+                       for i, (index, packed) in self.sparse.items()}
         self.families = [f.sentences(keep) for f in self.families]
         self.valid, self.ids = self.valid[keep], self.ids[keep]
 
@@ -457,7 +403,7 @@ def relaxed_bp(families: Sequence[FactorFamily], valid: np.ndarray,
     ``families`` is the full factor graph of one sentence (``families[0]`` the tree factor, as for
     ``run_bp``); the soft pairwise families are the candidates, everything else forms the initial graph.
     Each separation round costs O(F) for the F candidates not yet added (Prop. 1, vectorised and
-    screened by a bound, ``_gain_exceeds``). The result's ``eta`` is Prop. 2's bound over the factors
+    screened by a bound, ``relaxed_gain.gain_exceeds``). The result's ``eta`` is Prop. 2's bound over the factors
     still left out, from the final beliefs.
     """
     return relaxed_bp_many([(families, valid)], config)[0]
