@@ -13,6 +13,7 @@ import re
 
 from engine.data.conllu_io import ConlluError, Sentence, read_conllu
 from engine.decode.tag_marginal import TagSequence
+from engine.features.extract import UPOS_TAGS
 from service.problems import ProblemError
 from service.registry import ModelEntry
 from service.schemas import ParseRequest
@@ -20,6 +21,7 @@ from service.settings import Settings
 
 _BAD_FORM = re.compile(r"[\t\n\r]")
 MAX_FORM_CHARS = 200
+_UPOS = frozenset((*UPOS_TAGS, "_"))
 
 
 def _invalid(detail: str, field: str, **where: int) -> ProblemError:
@@ -30,11 +32,32 @@ def _check_words(words: list[str], field: str, i: int) -> None:
     for j, w in enumerate(words):
         if not isinstance(w, str) or not w.strip():
             raise _invalid(f"{field}[{i}][{j}] is empty", field, sentence=i, word=j)
+        if not _encodable(w):
+            raise _invalid(f"{field}[{i}][{j}] is not valid Unicode text (a lone surrogate such as \\ud800)", field,
+                           sentence=i, word=j)
         if _BAD_FORM.search(w):
             raise _invalid(f"{field}[{i}][{j}] contains a tab or line break", field, sentence=i, word=j)
         if len(w) > MAX_FORM_CHARS:
             raise _invalid(f"{field}[{i}][{j}] is longer than {MAX_FORM_CHARS} characters", field, sentence=i,
                            word=j)
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8 (JSON's \\ud800 escapes decode to lone surrogates, which cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_tags(tags: list[list[str]]) -> None:
+    """UPOS tags must be the Universal Dependencies tags every model is trained on (or ``_`` for none)."""
+    for i, sentence in enumerate(tags):
+        for j, tag in enumerate(sentence):
+            if tag not in _UPOS:
+                raise _invalid(f"tags[{i}][{j}] is {tag!r}, not a UPOS tag; the models' tag set is "
+                               f"{', '.join(UPOS_TAGS)} (or _ for none)", "tags", sentence=i, word=j)
 
 
 def _block(forms: list[str], upos: list[str], xpos: list[str]) -> str:
@@ -82,6 +105,12 @@ def checked_sentences(req: ParseRequest, entry: ModelEntry, settings: Settings,
                       max_words: int | None = None) -> list[Sentence]:
     """The request's sentences (not tagged yet), checked against the model's needs and the service limits."""
     max_words = max_words or settings.max_words
+    for name in ("tags", "xpos"):
+        if getattr(req, name) is not None and req.tokens is None:
+            given = "text" if req.text is not None else "conllu"
+            raise _invalid(f"{name} go with tokens (one list per sentence of tokens); with {given} the model "
+                           f"tags the words itself" + (" (or give them in the CoNLL-U columns)"
+                                                       if given == "conllu" else ""), name)
     if req.text is not None:
         sents = _from_text(req.text, entry, settings, max_words)
     elif req.tokens is not None:
@@ -103,6 +132,11 @@ def _from_text(text: str, entry: ModelEntry, settings: Settings, max_words: int)
     sents = entry.pipeline.tokenize(text)
     if not sents:
         raise _invalid("text holds no words", "text")
+    for i, s in enumerate(sents):
+        for j, form in enumerate(s.forms):
+            if len(form) > MAX_FORM_CHARS:
+                raise _invalid(f"word {j} of sentence {i} is longer than {MAX_FORM_CHARS} characters", "text",
+                               sentence=i, word=j)
     if len(sents) > settings.max_sentences:
         raise _invalid(f"text has {len(sents)} sentences; at most {settings.max_sentences} per request", "text")
     for i, s in enumerate(sents):
@@ -114,6 +148,8 @@ def _from_text(text: str, entry: ModelEntry, settings: Settings, max_words: int)
 def _from_tokens(req: ParseRequest, entry: ModelEntry, settings: Settings, max_words: int) -> list[Sentence]:
     assert req.tokens is not None
     tokens = req.tokens
+    if not tokens:
+        raise _invalid("tokens holds no sentences", "tokens")
     if len(tokens) > settings.max_sentences:
         raise _invalid(f"{len(tokens)} sentences; at most {settings.max_sentences} per request", "tokens")
     for i, words in enumerate(tokens):
@@ -124,6 +160,8 @@ def _from_tokens(req: ParseRequest, entry: ModelEntry, settings: Settings, max_w
         _check_words(words, "tokens", i)
     tags = _per_sentence(req.tags, "tags", tokens)
     xpos = _per_sentence(req.xpos, "xpos", tokens)
+    if tags is not None:
+        _check_tags(tags)
     if tags is None and entry.needs_tags:
         raise ProblemError(422, "Tags needed", f"model {entry.name!r} has no tagger: send `tags` (UPOS per "
                            "word), or `conllu` with the UPOS column filled", kind="tags-needed", field="tags")

@@ -25,7 +25,7 @@ class InferenceOptions(BaseModel):
     the method's default (``engine.inference.settings``); the lower bounds are the engine's, the upper ones the
     service's limits (``service.settings``), checked with the request."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "5" or true for a number: 422, not coerced
 
     method: Literal["exact", "bp", "relaxed"] | None = Field(
         None, description="exact: Matrix-Tree / inside-outside (first-order models only); bp: loopy belief "
@@ -54,7 +54,7 @@ class InferenceOptions(BaseModel):
 class ParseRequest(BaseModel):
     """Exactly one of ``text``, ``tokens`` or ``conllu``."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{
         "tokens": [["The", "parser", "tells", "you", "how", "sure", "it", "is", "."]],
         "tags": [["DET", "NOUN", "VERB", "PRON", "ADV", "ADJ", "PRON", "AUX", "PUNCT"]],
     }]})
