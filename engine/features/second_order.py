@@ -126,7 +126,7 @@ def _template_tables(templates: tuple[TripleTemplate, ...],
     return seeds, roles, kinds
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # releases the GIL: the service's parse threads run it side by side
 def _triple_kernel(codes: np.ndarray, seeds: np.ndarray, roles: np.ndarray, kinds: np.ndarray,
                    positions: np.ndarray, ctx: np.ndarray, modulus: np.uint64, out: np.ndarray) -> None:
     """``out[i, k]``: template k's feature index for triple i, ``1 + hash % modulus``, the hash being the

@@ -31,7 +31,7 @@ _DEP_SEED = np.uint64(0x51ED27)
 _CONTEXTS = {"none": 0, "dir": 1, "dist": 2}
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # releases the GIL: the service's parse threads run it side by side
 def _halves(codes: np.ndarray, starts: np.ndarray, attrs: np.ndarray) -> np.ndarray:
     """(B, n+1, T): each template's hash of one side's attributes (``attrs[t]``, -1 padded) per word, from
     the code ``starts[t]``."""
@@ -62,7 +62,7 @@ def _value_impl(v, decode):  # type: ignore[no-untyped-def]
     return lambda v, decode: np.float64(v)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # releases the GIL: the service's parse threads run it side by side
 def _scores_kernel(heads: np.ndarray, deps: np.ndarray, contexts: np.ndarray, between: np.ndarray,
                    dir_codes: np.ndarray, dist_codes: np.ndarray, tags: np.ndarray, tag_codes: np.ndarray,
                    modulus: np.uint64, table: np.ndarray, decode: np.ndarray, out: np.ndarray) -> None:
