@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 import engine
 from service import problems
 from service.batcher import Batcher
-from service.limits import Admission, BodyLimitMiddleware
+from service.limits import Admission, BodyLimitMiddleware, JsonContentTypeMiddleware
 from service.metrics import Metrics, MetricsMiddleware
 from service.parse_batch import run_batch
 from service.registry import ModelRegistry
@@ -138,6 +138,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app)
     for router in (parsing.router, models.router, jobs.router, ops.router):
         app.include_router(router)
+    app.add_middleware(JsonContentTypeMiddleware)
     app.add_middleware(BodyLimitMiddleware, limit_for=lambda path: settings.max_upload_bytes
                        if path.startswith("/jobs") else settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)

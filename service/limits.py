@@ -20,6 +20,30 @@ class BodyTooLarge(Exception):
     pass
 
 
+JSON_ROUTES = ("/parse", "/marginals", "/confidence", "/kbest", "/sample")  # POST bodies are JSON
+
+
+class JsonContentTypeMiddleware:
+    """A POST to a parsing route must say ``Content-Type: application/json`` (415 otherwise, naming the accepted
+    type: curl's ``-d`` sends ``application/x-www-form-urlencoded``, which would else be a puzzling 422)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in JSON_ROUTES:
+            raw = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
+            media = raw.split(";", 1)[0].strip().lower()
+            if media != "application/json":
+                response = problem_response(
+                    415, "Unsupported media type", f"{scope['path']} takes a JSON body: send it with "
+                    f"'Content-Type: application/json' (got {raw or 'no Content-Type'!r})", "unsupported-media-type",
+                    accepted=["application/json"])
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 class BodyLimitMiddleware:
     def __init__(self, app: ASGIApp, limit_for: Callable[[str], int]) -> None:
         self.app, self.limit_for = app, limit_for
@@ -35,18 +59,25 @@ class BodyLimitMiddleware:
             return
         seen = 0
         started = False
+        exceeded = False
 
         async def limited_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, exceeded
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
+                    exceeded = True
                     raise BodyTooLarge()
             return message
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
+            if exceeded:  # the framework caught BodyTooLarge while reading the body and answers 400: it is a 413
+                if message["type"] == "http.response.start" and not started:
+                    started = True
+                    await self._refuse(scope, receive, send, limit)
+                return
             if message["type"] == "http.response.start":
                 started = True
             await send(message)

@@ -98,3 +98,32 @@ def test_a_good_request_still_parses(server: httpx.Client, tmp_path: Path) -> No
     r = server.post("/parse", json={"tokens": [["The", "dog", "barks", "."]]})
     assert r.status_code == 200, r.text
     assert len(r.json()["sentences"][0]["tokens"]) == 4
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded",
+                                          "application/json-patch+json"])
+def test_a_body_that_is_not_declared_json_is_415(server: httpx.Client, content_type: str | None) -> None:
+    """Defect 8: curl -d without a header got a 422 that never mentioned the content type, and
+    application/json-patch+json was accepted."""
+    headers = {"content-type": content_type} if content_type else {}
+    for route in ROUTES:
+        r = server.post(route, content=b'{"tokens": [["Dogs", "bark"]]}', headers=headers)
+        assert r.status_code == 415 and r.headers["content-type"].startswith(PROBLEM), r.text
+        doc = r.json()
+        assert doc["accepted"] == ["application/json"] and "application/json" in doc["detail"]
+    ok = server.post("/parse", content=b'{"tokens": [["Dogs", "bark"]]}',
+                     headers={"content-type": "application/json; charset=utf-8"})
+    assert ok.status_code == 200, ok.text
+
+
+def test_a_chunked_body_over_the_limit_is_413(server: httpx.Client) -> None:
+    """Defect 7: a body larger than the limit sent without Content-Length (chunked) got 400, not 413."""
+    def chunks() -> Iterator[bytes]:
+        yield b'{"tokens": [["'
+        for _ in range(3 * 1024):  # 3 MiB of one word, more than the 1 MiB limit of the parsing routes
+            yield b"a" * 1024
+        yield b'"]]}'
+
+    r = server.post("/parse", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.headers["content-type"].startswith(PROBLEM), r.text
+    assert r.json()["limit"] == 1024 * 1024
