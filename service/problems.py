@@ -75,6 +75,9 @@ def _http(request: Request, exc: Exception) -> JSONResponse:
     titles = {404: "Not found", 405: "Method not allowed", 401: "Unauthorized"}
     title = titles.get(exc.status_code, "HTTP error")
     detail = exc.detail if isinstance(exc.detail, str) else title
+    if exc.status_code == 400 and detail == "There was an error parsing the body":  # FastAPI: bytes that are no JSON
+        return problem_response(400, "Malformed JSON", "the request body could not be read as JSON: it must be "
+                                "UTF-8 text, not compressed, with numbers of at most 4,300 digits", "malformed-json")
     if exc.status_code == 404 and detail == "Not Found":
         detail = f"no route {request.url.path}; see /docs for the API"
     return problem_response(exc.status_code, title, detail, title.lower().replace(" ", "-"),

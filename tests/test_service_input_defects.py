@@ -127,3 +127,13 @@ def test_a_chunked_body_over_the_limit_is_413(server: httpx.Client) -> None:
     r = server.post("/parse", content=chunks(), headers={"content-type": "application/json"})
     assert r.status_code == 413 and r.headers["content-type"].startswith(PROBLEM), r.text
     assert r.json()["limit"] == 1024 * 1024
+
+
+@pytest.mark.parametrize("raw", [b'{"tokens": [["caf\xe9"]]}',  # Latin-1, not UTF-8
+                                 b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03",  # a gzip header
+                                 b'{"tokens": [["a"]], "model": ' + b"9" * 5000 + b"}"])
+def test_a_body_that_is_not_json_is_a_listed_400(server: httpx.Client, raw: bytes) -> None:
+    """Defect 7: invalid UTF-8, gzip and a 5,000-digit integer gave 400 of the unlisted kind http-error."""
+    r = server.post("/parse", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.headers["content-type"].startswith(PROBLEM), r.text
+    assert r.json()["type"].endswith(":malformed-json"), r.json()
