@@ -16,14 +16,19 @@ ROUTES = ("/parse", "/marginals", "/confidence", "/kbest", "/sample")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+def process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = ServerProcess(tmp_path_factory.mktemp("defects") / "data")
     try:
         proc.wait_ready(timeout=300)
-        with httpx.Client(base_url=proc.url, timeout=120) as client:
-            yield client
+        yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture(scope="module")
+def server(process: ServerProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=process.url, timeout=120) as client:
+        yield client
 
 
 def _problem(r: httpx.Response, field: str) -> dict:
@@ -137,3 +142,100 @@ def test_a_body_that_is_not_json_is_a_listed_400(server: httpx.Client, raw: byte
     r = server.post("/parse", content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.headers["content-type"].startswith(PROBLEM), r.text
     assert r.json()["type"].endswith(":malformed-json"), r.json()
+
+
+W, T = ["Dogs", "bark", "."], ["NOUN", "VERB", "PUNCT"]
+HOSTILE: list[tuple[str, object, int, str | None]] = [  # (route, JSON body, status, field named)
+    ("/parse", {}, 422, None),
+    ("/parse", {"tokens": [W], "text": "Dogs bark."}, 422, None),
+    ("/parse", {"tokens": [W], "conllu": "1\tDogs\t_\tNOUN\t_\t_\t_\t_\t_\t_\n\n"}, 422, None),
+    ("/parse", {"tokens": "Dogs bark"}, 422, "tokens"),
+    ("/parse", {"tokens": [["Dogs", 3]]}, 422, "tokens[0][1]"),
+    ("/parse", {"tokens": [["Dogs", None]]}, 422, "tokens[0][1]"),
+    ("/parse", {"tokens": [[]]}, 422, "tokens"),
+    ("/parse", {"tokens": [["Dogs", ""]]}, 422, "tokens"),
+    ("/parse", {"tokens": [["Dogs", "   "]]}, 422, "tokens"),
+    ("/parse", {"tokens": [["Do\tgs"]]}, 422, "tokens"),
+    ("/parse", {"tokens": [["Do\ngs"]]}, 422, "tokens"),
+    ("/parse", {"tokens": [["x" * 201]]}, 422, "tokens"),
+    ("/parse", {"tokens": [["w"] * 501]}, 422, "tokens"),
+    ("/parse", {"tokens": [["w"]] * 201}, 422, "tokens"),
+    ("/parse", {"tokens": [W], "tags": [T[:2]]}, 422, "tags"),
+    ("/parse", {"tokens": [W], "tags": [T, T]}, 422, "tags"),
+    ("/parse", {"tokens": [W], "tags": [["NOUN", "VERB", ""]]}, 422, "tags"),
+    ("/parse", {"tokens": [W], "tags": [["noun", "VERB", "PUNCT"]]}, 422, "tags"),
+    ("/parse", {"tokens": [W], "xpos": [["NNS"]]}, 422, "xpos"),
+    ("/parse", {"tokens": [W], "model": "../etc/passwd"}, 422, "model"),
+    ("/parse", {"tokens": [W], "model": "no-such-model"}, 404, None),
+    ("/parse", {"tokens": [W], "model": "en_ewt@999"}, 404, None),
+    ("/parse", {"tokens": [W], "output": "xml"}, 422, "output"),
+    ("/parse", {"tokens": [W], "inference": {"method": "magic"}}, 422, "inference.method"),
+    ("/parse", {"tokens": [W], "inference": {"iterations": 0}}, 422, "inference.iterations"),
+    ("/parse", {"tokens": [W], "inference": {"iterations": 51}}, 422, "inference.iterations"),
+    ("/parse", {"tokens": [W], "inference": {"iterations": -3}}, 422, "inference.iterations"),
+    ("/parse", {"tokens": [W], "inference": {"iterations": 2.5}}, 422, "inference.iterations"),
+    ("/parse", {"tokens": [W], "inference": {"epsilon": -1.0}}, 422, "inference.epsilon"),
+    ("/parse", {"tokens": [W], "inference": {"rounds": 0}}, 422, "inference.rounds"),
+    ("/parse", {"tokens": [W], "inference": {"rounds": 101}}, 422, "inference.rounds"),
+    ("/parse", {"tokens": [W], "inference": {"tag_samples": 17}}, 422, "inference.tag_samples"),
+    ("/parse", {"tokens": [W], "inference": {"tag_samples": -1}}, 422, "inference.tag_samples"),
+    ("/parse", {"tokens": [W], "inference": {"unknown": 1}}, 422, "inference.unknown"),
+    ("/parse", {"tokens": [W], "inference": "bp"}, 422, "inference"),
+    ("/parse", {"tokens": [W], "extra": 1}, 422, "extra"),
+    ("/parse", {"tokens": [W], "model": "en_ewt-o1", "inference": {"method": "exact"}, "tags": None}, 422, "tags"),
+    ("/parse", {"tokens": [W], "model": "en_ewt", "inference": {"method": "exact"}}, 422, "inference.method"),
+    ("/parse", {"text": 5}, 422, "text"),
+    ("/parse", {"text": "   "}, 422, "text"),
+    ("/parse", {"text": "x" * 100_001}, 422, "text"),
+    ("/parse", {"text": "Dogs bark.", "model": "en_ewt-o1"}, 422, "text"),
+    ("/parse", {"conllu": "not conllu at all"}, 422, "conllu"),
+    ("/parse", {"conllu": "1\tDogs\t_\tNOUN\n\n"}, 422, "conllu"),
+    ("/parse", {"conllu": "2\tDogs\t_\tNOUN\t_\t_\t_\t_\t_\t_\n\n"}, 422, "conllu"),
+    ("/parse", {"conllu": "1-3\tDogs\t_\t_\t_\t_\t_\t_\t_\t_\n1\tDogs\t_\tNOUN\t_\t_\t_\t_\t_\t_\n\n"},
+     422, "conllu"),
+    ("/parse", {"conllu": ""}, 422, "conllu"),
+    ("/parse", {"conllu": ["1\tDogs"]}, 422, "conllu"),
+    ("/marginals", {"tokens": [W], "output": "conllu"}, 422, "output"),
+    ("/kbest", {"tokens": [W], "k": 0}, 422, "k"),
+    ("/kbest", {"tokens": [W], "k": 101}, 422, "k"),
+    ("/kbest", {"tokens": [["w"] * 151]}, 422, "tokens"),
+    ("/kbest", {"tokens": [W], "inference": {"tag_samples": 2}}, 422, "inference.tag_samples"),
+    ("/sample", {"tokens": [W], "n": 0}, 422, "n"),
+    ("/sample", {"tokens": [W], "n": 1001}, 422, "n"),
+    ("/sample", {"tokens": [W], "seed": -1}, 422, "seed"),
+    ("/sample", {"tokens": [W], "seed": 2**32}, 422, "seed"),
+    ("/confidence", {"tokens": [W], "inference": {"tag_samples": 3}}, 422, "inference.tag_samples"),
+    ("/confidence", {"tokens": [W], "k": 3}, 422, "k"),
+    ("/sample", {"tokens": [W], "n": [1]}, 422, "n"),
+    ("/kbest", {"tokens": [W], "k": {"value": 3}}, 422, "k"),
+    ("/parse", [W], 422, None),
+    ("/parse", "Dogs bark.", 422, None),
+    ("/parse", None, 422, None),
+]
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc to read the server's RSS")
+def test_hostile_requests_are_4xx_problems_naming_the_field(server: httpx.Client, process: ServerProcess) -> None:
+    """At least 60 distinct malformed requests: each a 4xx application/problem+json, naming the field at fault
+    where there is one; none is a 500; the server's RSS stays bounded across them (three rounds)."""
+    assert len({json.dumps(h[:2], sort_keys=True) for h in HOSTILE}) == len(HOSTILE) >= 60
+    assert process.proc is not None
+    rss = []
+    for _ in range(3):
+        for route, payload, status, field in HOSTILE:
+            r = server.post(route, content=json.dumps(payload).encode(), headers={"content-type": "application/json"})
+            assert r.status_code == status, (route, payload, r.status_code, r.text[:300])
+            assert r.headers["content-type"].startswith(PROBLEM), (route, payload)
+            doc = r.json()
+            assert doc["status"] == status and doc["detail"], doc
+            if field is not None:
+                assert doc.get("field") == field, (route, payload, doc)
+        rss.append(_rss_kb(process.proc.pid))
+    assert rss[-1] <= 1.1 * rss[0], rss  # no growth from round to round
