@@ -124,3 +124,31 @@ def test_a_float16_model_scores_from_its_stored_bits(tmp_path) -> None:  # type:
     got = loaded.link_and_prune_scores(sentences)
     _same(arc_scores(loaded.weights, feats), got[0])
     _same(arc_scores(loaded.pruner, feats), got[1])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data(), st.integers(1, 10), st.sampled_from([EXTRACTOR, BETWEEN]))
+def test_copies_under_other_tags_copy_only_what_is_unchanged(data: st.DataObject, n: int,
+                                                              extractor: FeatureExtractor) -> None:
+    """Copies of a sentence under other tags (sharing its list of forms, as the tag-sample copies do) take
+    the sums of the arcs whose features cannot have changed from the first of them, and compute the others:
+    every sum is the feature path's (to rounding) and, bit for bit, what computing it gives."""
+    original = _sentences(data.draw, 1, n)[0]
+    batch = [original]
+    for _ in range(data.draw(st.integers(1, 4))):
+        upos, xpos = list(original.upos), list(original.xpos)
+        for p in data.draw(st.lists(st.integers(0, n - 1), max_size=3)):
+            upos[p] = data.draw(st.sampled_from(TAGS))
+            xpos[p] = data.draw(st.sampled_from(["NN", "VB", "DT", "_"]))
+        copy = Toks(original.forms, upos, xpos)  # the same list of forms
+        batch.insert(data.draw(st.integers(0, len(batch))), copy)
+    rng = np.random.default_rng(n)
+    first, second = rng.normal(size=extractor.dim), rng.normal(size=extractor.dim)
+    feats = extractor.extract(batch)
+    got = fused_arc_scores(extractor, batch, [first, second])
+    _same(arc_scores(first, feats), got[0])
+    _same(arc_scores(second, feats), got[1])
+    # bit for bit what each computes without a shared list of forms (nothing copied)
+    alone = fused_arc_scores(extractor, [Toks(list(s.forms), s.upos, s.xpos) for s in batch], [first, second])
+    np.testing.assert_array_equal(got[0], alone[0])
+    np.testing.assert_array_equal(got[1], alone[1])

@@ -77,28 +77,49 @@ def parse_over_tag_samples(
     sampled trees need the single-tagging parse."""
     if len(samples) != len(sentences):
         raise ValueError(f"{len(sentences)} sentences but {len(samples)} sample lists")
-    if parse_unlabelled is not None and any(samples):
-        parsed = parse_unlabelled(list(sentences))
+    count = [1 + len(s) for s in samples]
+    # a tag sequence drawn several times, or equal to the best one, is parsed once and weighted by its count
+    # (parsing is deterministic): on EWT dev 16 draws hold 5.2 distinct sequences besides the best one
+    best_weight: list[int] = []
+    distinct: list[list[tuple[TagSequence, int]]] = []
+    for sentence, draws in zip(sentences, samples, strict=True):
+        counts = Counter((tuple(u), tuple(x)) for u, x in draws)
+        best_weight.append(1 + counts.pop((tuple(sentence.upos), tuple(sentence.xpos)), 0))
+        distinct.append([((list(u), list(x)), c) for (u, x), c in counts.items()])
+    copies = [(i, tags, c) for i, d in enumerate(distinct) for tags, c in d]
+    if parse_unlabelled is not None and copies:
+        # one call for every sentence followed by its copies: the parser batches sentences of one length
+        # together, a sentence next to its copies (which share the scoring of the arcs their tags leave alone,
+        # engine.scoring.fused); only the marginals count, labels come from the averaged distributions
+        order: list[tuple[int, int]] = []  # (sentence, -1 for itself or the index of its copy in ``copies``)
+        items: list[Any] = []
+        at = 0
+        for i, sentence in enumerate(sentences):
+            order.append((i, -1))
+            items.append(sentence)
+            for _ in distinct[i]:
+                order.append((i, at))
+                items.append(retagged(sentence, copies[at][1]))
+                at += 1
+        results = parse_unlabelled(items)
+        parsed_at: list[ParsedSentence | None] = [None] * len(sentences)
+        copy_parses: list[ParsedSentence | None] = [None] * len(copies)
+        for (i, k), p in zip(order, results, strict=True):
+            if k < 0:
+                parsed_at[i] = p
+            else:
+                copy_parses[k] = p
+        parsed = [p for p in parsed_at if p is not None]
         for sentence, p, draws in zip(sentences, parsed, samples, strict=True):
             if not draws:  # keeps this parse as it is: labelled here as ``parse`` would have
                 p.deprels, p.label_probs = label_arcs(labeler, sentence, p.heads)
     else:
         parsed = parse(list(sentences))
-    total = [p.marginals.copy() for p in parsed]
-    count = [1 + len(s) for s in samples]
-    # a tag sequence drawn several times, or equal to the best one, is parsed once and weighted by its count
-    # (parsing is deterministic): on EWT dev 8 draws hold 2.9 distinct sequences besides the best one
-    distinct: list[list[tuple[TagSequence, int]]] = []
-    for sentence, draws, first in zip(sentences, samples, total, strict=True):
-        counts = Counter((tuple(u), tuple(x)) for u, x in draws)
-        first *= 1 + counts.pop((tuple(sentence.upos), tuple(sentence.xpos)), 0)
-        distinct.append([((list(u), list(x)), c) for (u, x), c in counts.items()])
-    # every sentence's copies under its distinct sequences in one call, so that the parser batches copies of
-    # one length together (they are many: 7.2 per sentence on EWT dev with K = 16, weighted by length)
-    copies = [(i, tags, c) for i, d in enumerate(distinct) for tags, c in d]
-    parse_copies = parse_unlabelled or parse
-    for (i, _, c), p in zip(copies, parse_copies([retagged(sentences[i], tags) for i, tags, _ in copies])
-                            if copies else [], strict=True):
+        copy_parses = list((parse_unlabelled or parse)([retagged(sentences[i], tags) for i, tags, _ in copies])
+                           if copies else [])
+    total = [p.marginals * w for p, w in zip(parsed, best_weight, strict=True)]
+    for (i, _, c), p in zip(copies, copy_parses, strict=True):
+        assert p is not None
         total[i] += c * p.marginals
     out: list[ParsedSentence | None] = []
     trees: dict[int, np.ndarray] = {}

@@ -65,9 +65,15 @@ def _value_impl(v, decode):  # type: ignore[no-untyped-def]
 @njit(cache=True, nogil=True)  # releases the GIL: the service's parse threads run it side by side
 def _scores_kernel(heads: np.ndarray, deps: np.ndarray, contexts: np.ndarray, between: np.ndarray,
                    dir_codes: np.ndarray, dist_codes: np.ndarray, tags: np.ndarray, tag_codes: np.ndarray,
-                   modulus: np.uint64, table: np.ndarray, decode: np.ndarray, out: np.ndarray) -> None:
+                   modulus: np.uint64, table: np.ndarray, decode: np.ndarray, ref: np.ndarray, diff: np.ndarray,
+                   out: np.ndarray) -> None:
     """``out[w, b, h, m]`` = sum over the arc's feature indices of the weights ``table[:, w]`` (float64, or
-    float16 bits standing for ``decode[bits]``)."""
+    float16 bits standing for ``decode[bits]``).
+
+    Sentence ``b`` with ``ref[b] = r < b`` is a copy of sentence ``r`` under other tags: an arc whose two
+    words have the same hash halves in both (``diff[b, h]`` and ``diff[b, m]`` False) and the same tags in
+    between has the same features, so its sums are copied from ``r`` (bit for bit what computing them gives);
+    every other arc is computed."""
     n_weights = out.shape[0]
     b_count, n1, t_count = heads.shape
     n_tags = len(tag_codes)
@@ -82,6 +88,7 @@ def _scores_kernel(heads: np.ndarray, deps: np.ndarray, contexts: np.ndarray, be
     # are cache misses in a table of 16-64 MB, and this lets the processor have many in flight at once
     index = np.empty(t_count * n_tags, dtype=np.int64)
     for s in range(b_count):
+        r = ref[s]
         for h in range(n1):
             for m in range(n1):
                 if m == 0 or m == h:
@@ -93,6 +100,15 @@ def _scores_kernel(heads: np.ndarray, deps: np.ndarray, contexts: np.ndarray, be
                 for p in range(lo + 1, hi):
                     if tags[s, p] >= 0:
                         mask |= 1 << tags[s, p]
+                if r != s and not diff[s, h] and not diff[s, m]:
+                    before = 0
+                    for p in range(lo + 1, hi):
+                        if tags[r, p] >= 0:
+                            before |= 1 << tags[r, p]
+                    if before == mask:
+                        for w in range(n_weights):
+                            out[w, s, h, m] = out[w, r, h, m]
+                        continue
                 present = 0
                 for k in range(n_tags):
                     if mask & (1 << k):
@@ -229,13 +245,16 @@ class ArcScorer:
         codes, tags = self.codes(sentences)
         heads = _halves(codes, self.seeds, self.head)
         deps = _halves(codes, self.dep_seeds, self.dep)
+        first: dict[int, int] = {}  # copies of one sentence under other tags share its list of forms
+        ref = np.array([first.setdefault(id(s.forms), i) for i, s in enumerate(sentences)], dtype=np.int64)
+        diff = (heads != heads[ref]).any(axis=2) | (deps != deps[ref]).any(axis=2)
         dir_codes, dist_codes = _context_codes(n)
         modulus = np.uint64(self.extractor.dim - 1)
         out = []
         for table in self.tables:
             part = np.empty((table.shape[1], len(sentences), n + 1, n + 1))
             _scores_kernel(heads, deps, self.contexts, self.between, dir_codes, dist_codes, tags, self.tag_codes,
-                           modulus, table, _HALF_VALUES, part)
+                           modulus, table, _HALF_VALUES, ref, diff, part)
             out.extend(part)
         return out
 
