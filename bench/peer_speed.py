@@ -24,7 +24,8 @@ existing pipeline is reused whatever budget trained it, and its budget is report
 Each system runs ``--repeat`` times, interleaved with spaCy (spaCy, ours, spaCy, ours, ... in every
 round), so that a change of the shared machine's load hits both alike; reported are the median wall-clock
 seconds of the whole command, words per wall-clock second, the ratio of those words/s to spaCy's (median
-of all spaCy's runs in this run) and the median CPU seconds of the child. Before the timed rounds every
+of all spaCy's runs in this run) and the median CPU seconds (user + system) of the command; ``--json`` also
+gives words per CPU second. Before the timed rounds every
 command runs once untimed on the first few sentences, to warm the page cache. The last output of every
 system is scored against the gold file (UPOS, UAS, LAS of the CoNLL 2018 evaluation), a check that each
 system parsed every word. Prints a table, or with ``--json`` one JSON line.
@@ -274,6 +275,7 @@ def summary(systems: list[System], spacy: System, words: int, gold: list[bl.Sent
                      "words_per_second": round(words / median, 1),
                      "ratio_to_spacy": round(words / median / reference, 4),
                      "median_cpu_seconds": round(statistics.median(s.cpu_seconds), 3),
+                     "words_per_cpu_second": round(words / statistics.median(s.cpu_seconds), 1),
                      **accuracy(gold, folder / f"{s.name}.conllu")})
     return rows
 
