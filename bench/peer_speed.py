@@ -253,10 +253,11 @@ def time_all(systems: list[System], spacy: System, folder: Path, args: argparse.
 
 
 def engine_commit() -> str:
-    """Short commit of the checkout whose engine ran, with ``+dirty`` if engine/ or models/ differ from it."""
+    """Short id of the last commit that changed engine/ or models/ in this checkout, with ``+dirty`` if
+    either differs from HEAD (uncommitted changes)."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        head = subprocess.run(["git", "log", "-1", "--format=%h", "--", "engine", "models"], cwd=ROOT,
+                              capture_output=True, text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "engine", "models"], cwd=ROOT,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
