@@ -21,14 +21,17 @@ in our environment. If the work directory has no trained pipeline, ``bench/basel
 (under ``nice -n 10``) to install it and train one within ``--budget-minutes`` CPU minutes of one core; an
 existing pipeline is reused whatever budget trained it, and its budget is reported.
 
-Each system runs ``--repeat`` times, interleaved with spaCy (spaCy, ours, spaCy, ours, ... in every
-round), so that a change of the shared machine's load hits both alike; reported are the median wall-clock
-seconds of the whole command, words per wall-clock second, the ratio of those words/s to spaCy's (median
-of all spaCy's runs in this run) and the median CPU seconds (user + system) of the command; ``--json`` also
-gives words per CPU second. Before the timed rounds every
+Each system runs ``--repeat`` times, interleaved with spaCy (spaCy, ours, spaCy, ours, ..., spaCy), so
+that a change of the shared machine's load hits both alike. Reported are the median wall-clock seconds of
+the whole command and words per wall-clock second (spaCy's: the median of all its runs in this run); the
+ratio to spaCy, the median over the runs of (mean seconds of the two spaCy runs around it) / (its seconds),
+i.e. its words/s over spaCy's at nearly the same moment; and the median CPU seconds (user + system) of the
+command with the ratio of spaCy's median CPU seconds to it (CPU time is less disturbed by the other
+processes on the core). ``--json`` also gives words per CPU second. Before the timed rounds every
 command runs once untimed on the first few sentences, to warm the page cache. The last output of every
 system is scored against the gold file (UPOS, UAS, LAS of the CoNLL 2018 evaluation), a check that each
-system parsed every word. Prints a table, or with ``--json`` one JSON line.
+system parsed every word. Prints a table, with ``--markdown`` a Markdown table, or with ``--json`` one
+JSON line.
 """
 
 from __future__ import annotations
@@ -107,6 +110,7 @@ class System:
     argv: list[str]  # with the placeholders {input} and {output}
     seconds: list[float] = field(default_factory=list)
     cpu_seconds: list[float] = field(default_factory=list)
+    reference: list[float] = field(default_factory=list)  # per run: mean wall seconds of spaCy's runs around it
 
     def command(self, input_path: Path, output_path: Path) -> list[str]:
         return [a.format(input=input_path, output=output_path) for a in self.argv]
@@ -145,7 +149,9 @@ def arguments() -> argparse.Namespace:
                     help="comma-separated subset of ours to time next to spaCy (default: %(default)s)")
     ap.add_argument("--core", type=int, default=0, help="CPU core to pin every command to (default: 0)")
     ap.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up run of every command")
-    ap.add_argument("--json", action="store_true", help="print one JSON line instead of the table")
+    out = ap.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print one JSON line instead of the table")
+    out.add_argument("--markdown", action="store_true", help="print the table as Markdown (for the docs)")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
@@ -238,18 +244,24 @@ def accuracy(gold: list[bl.Sentence], output: Path) -> dict[str, float]:
 
 
 def time_all(systems: list[System], spacy: System, folder: Path, args: argparse.Namespace) -> None:
-    """Warm up, then ``args.repeat`` rounds of spaCy, ours, spaCy, ours, ...; fills ``seconds``."""
+    """Warm up, then ``args.repeat`` rounds of spaCy, ours, spaCy, ours, ... and a last spaCy run; fills
+    ``seconds``, ``cpu_seconds`` and, for ours, ``reference`` (the mean of the spaCy runs just before and
+    just after each run)."""
     full, small = folder / "input.conllu", folder / "warmup.conllu"
     if not args.no_warmup:
         for system in [spacy, *systems]:
             run_once(system, small, folder / f"warmup-{system.name}.conllu", args.core)
-    for r in range(args.repeat):
-        for system in systems:
-            for s in (spacy, system):
-                wall, cpu = run_once(s, full, folder / f"{s.name}.conllu", args.core)
-                s.seconds.append(wall)
-                s.cpu_seconds.append(cpu)
-                print(f"round {r + 1}/{args.repeat}: {s.name} {wall:.2f} s (cpu {cpu:.2f} s)", file=sys.stderr)
+    order = [s for _ in range(args.repeat) for system in systems for s in (spacy, system)] + [spacy]
+    walls = []
+    for k, s in enumerate(order):
+        wall, cpu = run_once(s, full, folder / f"{s.name}.conllu", args.core)
+        walls.append(wall)
+        s.seconds.append(wall)
+        s.cpu_seconds.append(cpu)
+        print(f"run {k + 1}/{len(order)}: {s.name} {wall:.2f} s (cpu {cpu:.2f} s)", file=sys.stderr)
+    for k, s in enumerate(order):
+        if s is not spacy:
+            s.reference.append((walls[k - 1] + walls[k + 1]) / 2)
 
 
 def engine_commit() -> str:
@@ -267,15 +279,16 @@ def engine_commit() -> str:
 
 def summary(systems: list[System], spacy: System, words: int, gold: list[bl.Sentence],
             folder: Path) -> list[dict[str, Any]]:
-    reference = words / statistics.median(spacy.seconds)
+    spacy_cpu = statistics.median(spacy.cpu_seconds)
     rows = []
     for s in [*systems, spacy]:
-        median = statistics.median(s.seconds)
+        median, cpu = statistics.median(s.seconds), statistics.median(s.cpu_seconds)
+        ratio = statistics.median([r / x for r, x in zip(s.reference, s.seconds, strict=True)]) if s.reference else 1
         rows.append({"system": s.name, "description": s.description, "words": words,
                      "median_seconds": round(median, 3), "seconds": [round(x, 3) for x in s.seconds],
                      "words_per_second": round(words / median, 1),
-                     "ratio_to_spacy": round(words / median / reference, 4),
-                     "median_cpu_seconds": round(statistics.median(s.cpu_seconds), 3),
+                     "ratio_to_spacy": round(ratio, 4), "cpu_ratio_to_spacy": round(spacy_cpu / cpu, 4),
+                     "median_cpu_seconds": round(cpu, 3),
                      "words_per_cpu_second": round(words / statistics.median(s.cpu_seconds), 1),
                      **accuracy(gold, folder / f"{s.name}.conllu")})
     return rows
@@ -285,14 +298,23 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"{result['data']}: {result['sentences']} sentences, {result['words']} words; engine {result['engine']}; "
           f"spaCy {result['spacy']['version']} ({result['spacy']['budget_minutes']:g} CPU min budget, "
           f"{result['spacy']['epochs']} epochs); pinned: {result['pinned'] or 'no'}; median of {result['repeat']}")
-    print(f"{'system':<9} {'words':>7} {'median s':>9} {'words/s':>9} {'ratio':>7} {'cpu s':>8} "
+    print(f"{'system':<9} {'words':>7} {'median s':>9} {'words/s':>9} {'ratio':>7} {'cpu s':>8} {'cpu ratio':>9} "
           f"{'UPOS':>6} {'UAS':>6} {'LAS':>6}  description")
     for r in result["systems"]:
         print(f"{r['system']:<9} {r['words']:>7} {r['median_seconds']:>9.2f} {r['words_per_second']:>9,.0f} "
-              f"{r['ratio_to_spacy']:>7.3f} {r['median_cpu_seconds']:>8.2f} {r['upos']:>6.2f} {r['uas']:>6.2f} "
-              f"{r['las']:>6.2f}  {r['description']}")
+              f"{r['ratio_to_spacy']:>7.3f} {r['median_cpu_seconds']:>8.2f} {r['cpu_ratio_to_spacy']:>9.3f} "
+              f"{r['upos']:>6.2f} {r['uas']:>6.2f} {r['las']:>6.2f}  {r['description']}")
     print(f"load average: start {result['load_average_start']}, end {result['load_average_end']}; "
           f"{result['machine']}")
+
+
+def print_markdown(result: dict[str, Any]) -> None:
+    print("| system | words | median s | words/s | ratio to spaCy | CPU s | CPU ratio | UPOS | UAS | LAS |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for r in result["systems"]:
+        print(f"| {r['description']} | {r['words']:,} | {r['median_seconds']:.2f} | {r['words_per_second']:,.0f} | "
+              f"{r['ratio_to_spacy']:.3f} | {r['median_cpu_seconds']:.2f} | {r['cpu_ratio_to_spacy']:.3f} | "
+              f"{r['upos']:.2f} | {r['uas']:.2f} | {r['las']:.2f} |")
 
 
 def main() -> None:
@@ -321,6 +343,8 @@ def main() -> None:
               "machine": bl.machine(), "command": " ".join(["python", *sys.argv])}
     if args.json:
         print(json.dumps(result))
+    elif args.markdown:
+        print_markdown(result)
     else:
         print_table(result)
 
