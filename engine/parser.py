@@ -18,10 +18,10 @@ import engine
 from engine.data.batching import length_batches
 from engine.decode.distribution import TreeDistribution
 from engine.decode.labeler import CountLabeler, label_many
-from engine.decode.mbr import mbr_decode
 from engine.features.extract import FeatureExtractor, Tokens
 from engine.features.templates import ArcTemplate
-from engine.inference.exact import TreeConstraint, exact_marginals
+from engine.kernels.exact import TreeConstraint, exact_marginals
+from engine.kernels.mbr import mbr_decode
 from engine.model.store import ModelError, StoredModel, half_precision, load_model, save_model
 from engine.scoring.fused import ArcScorer, stored_table
 

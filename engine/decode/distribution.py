@@ -16,8 +16,8 @@ from functools import cached_property
 
 import numpy as np
 
-from engine.decode.mbr import best_tree, mbr_decode
-from engine.inference.exact import TreeConstraint, exact_marginals
+from engine.kernels.exact import TreeConstraint, exact_marginals
+from engine.kernels.mbr import best_tree, mbr_decode
 
 SOURCES = ("exact", "bp-tree-factor")
 
@@ -73,18 +73,18 @@ class TreeDistribution:
     def kbest(self, k: int) -> list[tuple[float, np.ndarray]]:
         """The ``k`` most probable trees as ``(log_prob, heads)``, best first (all trees if fewer)."""
         if self.constraint.projective:
-            from engine.decode.kbest_projective import kbest_projective
+            from engine.kernels.kbest_projective import kbest_projective
 
             found = kbest_projective(self.scores, k, single_root=self.constraint.single_root)
         else:
-            from engine.decode.kbest_nonprojective import kbest_arborescences
+            from engine.kernels.kbest_nonprojective import kbest_arborescences
 
             found = kbest_arborescences(self.scores, k, single_root=self.constraint.single_root)
         return [(float(score - self.log_partition), heads) for score, heads in found]
 
     def sample(self, num: int, seed: int | None = None) -> list[tuple[float, np.ndarray]]:
         """``num`` independent exact samples as ``(log_prob, heads)``; a seed makes them reproducible."""
-        from engine.decode.sample import sample_trees
+        from engine.kernels.sample import sample_trees
 
         trees = sample_trees(self.scores, num, single_root=self.constraint.single_root,
                              projective=self.constraint.projective, rng=seed)

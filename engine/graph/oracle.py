@@ -16,7 +16,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from engine.graph.family import FactorFamily
-from engine.inference.brute_force import enumerate_trees
+from engine.kernels.brute_force import enumerate_trees
 
 MAX_VARIABLES = 16
 

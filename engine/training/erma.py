@@ -41,8 +41,8 @@ from engine.graph.build import SentenceGraph
 from engine.graph.tree import Tree
 from engine.inference.bp import BPConfig, BPResult
 from engine.inference.bp_backward import bp_backward, bp_forward
-from engine.inference.exact import TreeConstraint, exact_marginals
-from engine.inference.tree_hessian import tree_hvp
+from engine.kernels.exact import TreeConstraint, exact_marginals
+from engine.kernels.tree_hessian import tree_hvp
 from engine.scoring.potentials import arc_scores, scatter_gradient
 from engine.training.cll import TrainingBatch, TrainResult, cll_objective, prepare_batches, usable_trees
 from engine.training.loop import EpochLoop, dev_or_loss

@@ -115,7 +115,7 @@ def train_model(
     from engine.features.second_order import default_second_order
     from engine.features.templates import default_first_order
     from engine.inference.bp import BPConfig
-    from engine.inference.exact import TreeConstraint
+    from engine.kernels.exact import TreeConstraint
     from engine.model.store import file_sha256
     from engine.parser import FirstOrderParser
     from engine.training.cll import TrainConfig, train_cll
