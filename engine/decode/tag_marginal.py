@@ -36,7 +36,7 @@ import numpy as np
 from engine.decode.labeler import label_arcs, label_distributions
 from engine.kernels.exact import TreeConstraint
 from engine.kernels.mbr import mbr_decode
-from engine.parser import ParsedSentence
+from engine.results import ParsedSentence
 
 TagSequence = tuple[list[str], list[str]]  # UPOS, XPOS
 

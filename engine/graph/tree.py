@@ -21,12 +21,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from engine.graph.family import ArcFamily, FactorFamily, Messages
+from engine.kernels.brute_force import is_projective
 from engine.kernels.eisner import eisner_marginals
 from engine.kernels.matrix_tree import (
     matrix_tree_marginals,
     matrix_tree_word_marginals,
     matrix_tree_word_marginals_many,
 )
+from engine.kernels.mst import is_tree
 from engine.kernels.tree_hessian import eisner_hvp, matrix_tree_hvp
 
 _TINY = 1e-300
@@ -120,9 +122,6 @@ class Tree(ArcFamily):
         return (np.where(self.valid, hv - g, 0.0),), None
 
     def log_potential(self, y: np.ndarray) -> float:
-        from engine.kernels.brute_force import is_projective
-        from engine.kernels.mst import is_tree
-
         y = y & self.valid
         if not (y[:, 1:].sum(axis=0) == 1).all():
             return -np.inf

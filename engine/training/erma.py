@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.data.batching import length_batches
 from engine.graph.build import SentenceGraph
 from engine.graph.tree import Tree
 from engine.inference.bp import BPConfig, BPResult
@@ -222,8 +223,6 @@ def train_erma(parser: Any, train: Sequence[Any], config: ErmaConfig, bp: BPConf
                on_batch: Callable[[int, int], None] | None = None) -> TrainResult:
     """Train a ``BPParser``'s weights in place from their current value (e.g. warm-started from its
     pruner) through ``bp`` (fixed iterations); returns the best weights, also left in ``parser``."""
-    from engine.data.batching import length_batches
-
     start = time.perf_counter()
     keep, skipped = usable_trees(train, parser.constraint)
     sents = [train[i] for i in keep]
