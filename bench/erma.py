@@ -42,7 +42,7 @@ from engine.features.extract import FeatureExtractor  # noqa: E402
 from engine.features.second_order import default_second_order  # noqa: E402
 from engine.features.templates import default_first_order  # noqa: E402
 from engine.inference.bp import BPConfig  # noqa: E402
-from engine.inference.exact import TreeConstraint  # noqa: E402
+from engine.kernels.exact import TreeConstraint  # noqa: E402
 from engine.parser import FirstOrderParser  # noqa: E402
 from engine.training.cll import TrainConfig, train_cll  # noqa: E402
 from engine.training.erma import ErmaConfig, train_erma, train_erma_exact  # noqa: E402

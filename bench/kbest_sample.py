@@ -16,9 +16,9 @@ import numpy as np
 from _timing import median_ms
 
 from engine.data.conllu_io import read_conllu
-from engine.decode.kbest_nonprojective import kbest_arborescences
-from engine.decode.kbest_projective import kbest_projective
-from engine.decode.sample import sample_trees
+from engine.kernels.kbest_nonprojective import kbest_arborescences
+from engine.kernels.kbest_projective import kbest_projective
+from engine.kernels.sample import sample_trees
 from engine.parser import FirstOrderParser
 from engine.scoring.potentials import arc_scores
 

@@ -13,10 +13,10 @@ import json
 import numpy as np
 from _timing import median_ms
 
-from engine.decode.mst import max_spanning_arborescence
-from engine.inference.eisner import eisner_marginals, eisner_viterbi
-from engine.inference.matrix_tree import matrix_tree_marginals
-from engine.inference.tree_elimination import eliminate_marginals
+from engine.kernels.eisner import eisner_marginals, eisner_viterbi
+from engine.kernels.matrix_tree import matrix_tree_marginals
+from engine.kernels.mst import max_spanning_arborescence
+from engine.kernels.tree_elimination import eliminate_marginals
 
 
 def main() -> None:

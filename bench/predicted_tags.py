@@ -43,10 +43,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from engine.bp_parser import BPParser  # noqa: E402
 from engine.data.conllu_io import format_sentence, read_conllu, write_conllu  # noqa: E402
-from engine.decode.mbr import mbr_decode  # noqa: E402
 from engine.decode.tag_marginal import retagged  # noqa: E402
 from engine.inference.bp import BPConfig  # noqa: E402
-from engine.inference.exact import TreeConstraint  # noqa: E402
+from engine.kernels.exact import TreeConstraint  # noqa: E402
+from engine.kernels.mbr import mbr_decode  # noqa: E402
 from engine.parser import FirstOrderParser  # noqa: E402
 from engine.text.jackknife import jackknife_tags  # noqa: E402
 from engine.text.tagger import Tagger  # noqa: E402

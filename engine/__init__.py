@@ -1,11 +1,12 @@
 """Probabilistic dependency parsing engine.
 
-Data flow, one sub-package per stage:
+Data flow, one sub-package (or module) per stage, each importing only the stages below it
+(``tests/test_import_layers.py`` keeps the order, bottom to top):
 
-    data (CoNLL-U) -> features -> scoring (arc potentials) -> inference (exact kernels, later BP)
-    -> decode (MST / Eisner / MBR) -> CoNLL-U or JSON
-
-``training`` and ``evaluation`` are consumers of ``inference`` and ``decode``.
+    optim, data, model, hashing -> text -> features -> scoring -> kernels (exact tree algorithms)
+    -> graph (factor families) -> inference (BP, relaxed BP) -> results (ParsedSentence,
+    TreeDistribution) -> decode (labellers) -> parser, bp_parser, pipeline -> evaluation -> training
+    -> cli
 
 Conventions used everywhere: a sentence of ``n`` words has positions ``0..n`` where ``0`` is ROOT;
 an arc score matrix ``scores`` has shape ``(n + 1, n + 1)`` with ``scores[h, m]`` the log-potential of

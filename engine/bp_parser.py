@@ -18,19 +18,19 @@ from typing import Any
 import numpy as np
 
 from engine.data.batching import length_batches
-from engine.decode.distribution import TreeDistribution
 from engine.decode.labeler import label_arcs, label_many
-from engine.decode.mbr import mbr_decode
 from engine.features.extract import FeatureExtractor, Tokens
 from engine.features.second_order import TripleTemplate
 from engine.graph.build import SentenceGraph, build_graph
 from engine.graph.family import all_arcs
 from engine.inference.bp import BPResult
-from engine.inference.exact import TreeConstraint, exact_marginals
 from engine.inference.relaxed import InferenceConfig, RelaxedResult, infer_many
 from engine.inference.settings import resolve
+from engine.kernels.exact import TreeConstraint, exact_marginals
+from engine.kernels.mbr import mbr_decode
 from engine.model.store import ModelError, StoredModel, half_precision, load_model, read_manifest, save_model
-from engine.parser import UNLABELLED, FirstOrderParser, ParsedSentence, load_common, model_manifest
+from engine.parser import FirstOrderParser, load_common, model_manifest
+from engine.results import UNLABELLED, ParsedSentence, TreeDistribution
 from engine.scoring.fused import ArcScorer, stored_table
 from engine.scoring.potentials import arc_scores
 from engine.scoring.pruning import PruneConfig, prune_arcs

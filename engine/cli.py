@@ -7,6 +7,8 @@ stderr with exit status 2 (bad input) instead of a traceback.
 from __future__ import annotations
 
 import argparse
+import copy
+import io
 import json
 import logging
 import sys
@@ -16,12 +18,20 @@ from typing import Any
 
 import numpy as np
 
+from engine.bp_parser import BPParser
 from engine.data.conllu_io import ConlluError, check_parsable, format_sentence, read_conllu, write_conllu
 from engine.decode.labeler import label_arcs
+from engine.decode.tag_marginal import parse_over_tag_samples
+from engine.evaluation.metrics import attachment_scores, tag_accuracy
+from engine.evaluation.ud_align import evaluate_ud
 from engine.inference.bp import SCHEDULES
 from engine.inference.settings import method_settings, resolve
 from engine.model.store import ModelError
+from engine.pipeline import MAX_TAG_SAMPLES, Pipeline
+from engine.text.treebank_text import raw_text
 from engine.training import options as train_options
+from engine.training.average import average_parsers
+from engine.training.pipeline import train_model
 
 log = logging.getLogger("engine")
 
@@ -149,9 +159,6 @@ class UsageError(ValueError):
 
 def _load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
     """The pipeline and a function ``parse(sentences)`` running the requested inference with its parser."""
-    from engine.bp_parser import BPParser
-    from engine.pipeline import Pipeline
-
     pipeline = Pipeline.load(args.model)
     args.pipeline = pipeline
     model = pipeline.parser
@@ -176,8 +183,6 @@ def _load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from engine.training.pipeline import train_model
-
     try:
         options = train_options.from_arguments(args)
         summary = train_model(args.train, args.dev, args.out, options, pruner_path=args.pruner,
@@ -189,9 +194,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_average(args: argparse.Namespace) -> int:
-    from engine.pipeline import Pipeline
-    from engine.training.average import average_parsers
-
     _check_tag_samples(args)
     parser = average_parsers(args.models)
     source = Pipeline.load(args.components_from or args.models[0])
@@ -232,8 +234,6 @@ def _tagged(args: argparse.Namespace, sentences: list[Any], retag: bool) -> tupl
 def _parse_tagged(args: argparse.Namespace, parse: Any, sentences: list[Any], draws: list[Any]) -> list[Any]:
     """``parse(sentences)``, the marginals of the sentences with tag ``draws`` averaged over them as well
     (``engine.decode.tag_marginal``)."""
-    from engine.decode.tag_marginal import parse_over_tag_samples
-
     parser = args.pipeline.parser
     return parse_over_tag_samples(sentences, draws, parse, parser.constraint, parser.labeler,
                                   lambda copies: parse(copies, labels=False))
@@ -244,7 +244,6 @@ def _check_tag_samples(args: argparse.Namespace) -> None:
     model's default after)."""
     if args.tag_samples is None:
         return
-    from engine.pipeline import MAX_TAG_SAMPLES
 
     if not 0 <= args.tag_samples <= MAX_TAG_SAMPLES:
         raise UsageError(f"--tag-samples must be between 0 and {MAX_TAG_SAMPLES}, got {args.tag_samples}")
@@ -261,8 +260,6 @@ def _resolve_tag_samples(args: argparse.Namespace, single_tagging: bool = False)
 
 def _system_conllu(sentences: list[Any], parsed: list[Any]) -> list[Any]:
     """Parsed sentences as CoNLL-U (with predicted tags), read back for the UD evaluation."""
-    import io
-
     text = "".join(format_sentence(s, heads=p.heads, deprels=p.deprels, upos=s.upos, xpos=s.xpos)
                    for s, p in zip(sentences, parsed, strict=True))
     return read_conllu(io.StringIO(text), name="<system>", strict_heads=False)
@@ -278,9 +275,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     gold = read_conllu(args.data)
     check_parsable(gold, args.data)
     if args.from_text:
-        from engine.evaluation.ud_align import evaluate_ud
-        from engine.text.treebank_text import raw_text
-
         try:
             system = args.pipeline.tokenize(raw_text(gold))
         except ModelError as e:
@@ -315,10 +309,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any], predicted: bool) -> tuple[dict, list]:
     """Parse the gold-tokenised sentences (re-tagged by the model first if ``predicted``, with
     ``args.tag_samples``) and score them: UAS, LAS, ECE (and UPOS when re-tagged, ``tag_samples`` used)."""
-    import copy
-
-    from engine.evaluation.metrics import attachment_scores, tag_accuracy
-
     inputs = copy.deepcopy(gold) if predicted else gold
     tagged, draws = _tagged(args, inputs, retag=True) if predicted else ([], [[] for _ in inputs])
     parsed = _parse_tagged(args, parse, inputs, draws)
@@ -415,8 +405,6 @@ def _block(sentence: Any, parsed: Any, heads: np.ndarray, deprels: list[str],
 
 def cmd_score(args: argparse.Namespace) -> int:
     """Attachment scores of a parsed file; confidences from MISC ``HeadProb`` (1.0 when absent)."""
-    from engine.evaluation.metrics import attachment_scores
-
     gold, pred = read_conllu(args.gold), read_conllu(args.pred)
     if len(gold) != len(pred) or any(g.forms != p.forms for g, p in zip(gold, pred, strict=False)):
         raise ConlluError(args.pred, 1, f"does not have the same sentences and words as {args.gold}")

@@ -16,32 +16,14 @@ import numpy as np
 
 import engine
 from engine.data.batching import length_batches
-from engine.decode.distribution import TreeDistribution
 from engine.decode.labeler import CountLabeler, label_many
-from engine.decode.mbr import mbr_decode
 from engine.features.extract import FeatureExtractor, Tokens
 from engine.features.templates import ArcTemplate
-from engine.inference.exact import TreeConstraint, exact_marginals
+from engine.kernels.exact import TreeConstraint, exact_marginals
+from engine.kernels.mbr import mbr_decode
 from engine.model.store import ModelError, StoredModel, half_precision, load_model, save_model
+from engine.results import UNLABELLED, ParsedSentence, TreeDistribution
 from engine.scoring.fused import ArcScorer, stored_table
-
-
-@dataclass
-class ParsedSentence:
-    """One sentence's parse: MBR heads (n+1,), the chosen heads' marginals (n,), marginals
-    (n+1, n+1) with ``marginals[h, m] = p(head of m = h)``, labels and their probabilities."""
-
-    heads: np.ndarray
-    head_probs: np.ndarray
-    marginals: np.ndarray
-    log_partition: float | None  # None under approximate inference
-    deprels: list[str]
-    label_probs: np.ndarray
-    diagnostics: dict[str, Any] | None = None  # BP: iterations, converged, residual
-    distribution: TreeDistribution | None = None  # the distribution over trees behind the marginals
-
-
-UNLABELLED: tuple[list[str], np.ndarray] = ([], np.zeros(0))  # the labels of a parse asked for without them
 
 
 def model_manifest(base: dict[str, Any], extra: dict[str, Any] | None, order: int, extractor: FeatureExtractor,

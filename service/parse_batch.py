@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.data.conllu_io import Sentence
-from engine.parser import ParsedSentence
+from engine.results import ParsedSentence
 from service import parsing
 from service.inputs import checked_sentences, tag_sentences
 from service.registry import ModelEntry

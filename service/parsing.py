@@ -17,7 +17,7 @@ from engine.data.conllu_io import Sentence, format_sentence
 from engine.decode.tag_marginal import TagSequence, parse_over_tag_samples
 from engine.inference.relaxed import InferenceConfig, marginal_interval
 from engine.inference.settings import method_settings, resolve
-from engine.parser import ParsedSentence
+from engine.results import ParsedSentence
 from service.problems import ProblemError
 from service.registry import ModelEntry
 from service.schemas import InferenceOptions

@@ -11,7 +11,7 @@ from engine.graph.oracle import assignment_marginals, tree_marginals
 from engine.graph.pairwise import PairFamily, grand_arcs, sib_arcs
 from engine.graph.tree import Tree
 from engine.inference.bp import BPConfig, run_bp
-from engine.inference.brute_force import brute_force
+from engine.kernels.brute_force import brute_force
 
 
 @pytest.mark.parametrize("schedule", ["flooding", "serial"])

@@ -15,10 +15,10 @@ from engine.graph.pairwise import PairFamily, grand_arcs, hard_pairs, not2_arcs,
 from engine.graph.tree import Tree
 from engine.inference.bp import BPConfig, run_bp
 from engine.inference.bp_backward import bp_backward, bp_forward
-from engine.inference.brute_force import brute_force
-from engine.inference.eisner import eisner_marginals
-from engine.inference.matrix_tree import matrix_tree_marginals
-from engine.inference.tree_hessian import eisner_hvp, matrix_tree_hvp
+from engine.kernels.brute_force import brute_force
+from engine.kernels.eisner import eisner_marginals
+from engine.kernels.matrix_tree import matrix_tree_marginals
+from engine.kernels.tree_hessian import eisner_hvp, matrix_tree_hvp
 
 EPS = 1e-5
 

@@ -9,7 +9,7 @@ import pytest
 
 from engine.features.extract import FeatureExtractor
 from engine.features.templates import ArcTemplate, default_first_order
-from engine.inference.exact import TreeConstraint
+from engine.kernels.exact import TreeConstraint
 from engine.training.cll import TrainConfig, TrainingBatch, cll_objective, train_cll, usable_trees
 
 TEMPLATES = (

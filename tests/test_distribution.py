@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.decode.distribution import TreeDistribution
 from engine.graph.build import build_graph
 from engine.graph.family import all_arcs
 from engine.inference.bp import BPConfig, run_bp
-from engine.inference.brute_force import brute_force
-from engine.inference.exact import TreeConstraint
+from engine.kernels.brute_force import brute_force
+from engine.kernels.exact import TreeConstraint
+from engine.results import TreeDistribution
 
 MODES = [TreeConstraint(t, r) for t in ("nonprojective", "projective") for r in ("single", "multi")]
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trees import assert_valid_tree, score_matrices
 
-from engine.inference.brute_force import brute_force, enumerate_trees, tree_scores
-from engine.inference.eisner import eisner_inside, eisner_marginals, eisner_viterbi
+from engine.kernels.brute_force import brute_force, enumerate_trees, tree_scores
+from engine.kernels.eisner import eisner_inside, eisner_marginals, eisner_viterbi
 
 ROOT_MODES = [False, True]
 

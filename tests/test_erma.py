@@ -16,7 +16,7 @@ from engine.features.templates import ArcTemplate, default_first_order
 from engine.graph.build import SentenceGraph, build_graph
 from engine.graph.family import all_arcs
 from engine.inference.bp import BPConfig, run_bp
-from engine.inference.exact import TreeConstraint, exact_marginals
+from engine.kernels.exact import TreeConstraint, exact_marginals
 from engine.scoring.potentials import arc_scores
 from engine.training.cll import TrainingBatch, cll_objective
 from engine.training.erma import (
@@ -170,7 +170,7 @@ def test_l2_through_exact_bp_equals_l2_on_exact_marginals(constraint: str) -> No
 
 def test_annealed_risk_approaches_the_mbr_loss() -> None:
     """As T -> 0 the risk tends to the number of wrong heads of the MBR tree (eq. 3, 11)."""
-    from engine.decode.mbr import mbr_decode
+    from engine.kernels.mbr import mbr_decode
 
     rng = np.random.default_rng(0)
     n = 6

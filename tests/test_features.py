@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from engine.features.extract import UPOS_TAGS, FeatureExtractor
-from engine.features.hashing import hash_string
 from engine.features.templates import ArcTemplate, default_first_order
+from engine.hashing import hash_string
 
 
 def _sent(text: str, tags: str) -> SimpleNamespace:

@@ -109,7 +109,7 @@ def test_a_float16_model_scores_from_its_stored_bits(tmp_path) -> None:  # type:
     feature path, and the loaded weights are read-only (nothing can change them behind the table)."""
     from engine.bp_parser import BPParser
     from engine.decode.labeler import CountLabeler
-    from engine.inference.exact import TreeConstraint
+    from engine.kernels.exact import TreeConstraint
 
     rng = np.random.default_rng(3)
     extractor = FeatureExtractor(tuple(default_first_order()), 1 << 17)

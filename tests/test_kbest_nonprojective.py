@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from engine.decode.kbest_nonprojective import kbest_arborescences
-from engine.decode.mst import is_tree, max_spanning_arborescence
-from engine.inference.brute_force import enumerate_trees, tree_scores
+from engine.kernels.brute_force import enumerate_trees, tree_scores
+from engine.kernels.kbest_nonprojective import kbest_arborescences
+from engine.kernels.mst import is_tree, max_spanning_arborescence
 
 ROOT_MODES = [False, True]
 KINDS = ["normal", "neg_inf", "int_ties"]

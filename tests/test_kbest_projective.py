@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from trees import assert_valid_tree
 
-from engine.decode.kbest_projective import kbest_projective
-from engine.inference.brute_force import enumerate_trees, tree_scores
-from engine.inference.eisner import eisner_viterbi
+from engine.kernels.brute_force import enumerate_trees, tree_scores
+from engine.kernels.eisner import eisner_viterbi
+from engine.kernels.kbest_projective import kbest_projective
 
 ROOT_MODES = [False, True]
 SINGLE_ROOT_COUNTS = [1, 2, 7, 30, 143, 728]

@@ -8,15 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trees import score_matrices
 
-from engine.inference.brute_force import brute_force
-from engine.inference.matrix_tree import (
+from engine.kernels.brute_force import brute_force
+from engine.kernels.matrix_tree import (
     _solve_one,
     _word_scores,
     matrix_tree_log_partition,
     matrix_tree_marginals,
     matrix_tree_word_marginals,
 )
-from engine.inference.tree_elimination import eliminate_log_partition, eliminate_marginals
+from engine.kernels.tree_elimination import eliminate_log_partition, eliminate_marginals
 
 ROOT_MODES = [False, True]
 

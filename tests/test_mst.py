@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-import engine.decode.mst as mst_module
-from engine.decode.mst import is_tree, max_spanning_arborescence
-from engine.inference.brute_force import brute_force, enumerate_trees, tree_scores
+import engine.kernels.mst as mst_module
+from engine.kernels.brute_force import brute_force, enumerate_trees, tree_scores
+from engine.kernels.mst import is_tree, max_spanning_arborescence
 
 ROOT_MODES = [False, True]
 

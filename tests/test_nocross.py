@@ -15,7 +15,7 @@ from engine.graph.nocross import NoCross
 from engine.graph.oracle import arc_family_messages, assignment_marginals, tree_marginals
 from engine.graph.tree import Tree
 from engine.inference.bp import BPConfig, run_bp
-from engine.inference.brute_force import enumerate_trees
+from engine.kernels.brute_force import enumerate_trees
 
 
 def _cross(a: tuple[int, int], b: tuple[int, int]) -> bool:

@@ -13,9 +13,9 @@ import pytest
 from engine.bp_parser import BPParser
 from engine.cli import main
 from engine.data.conllu_io import read_conllu
-from engine.decode.mbr import mbr_decode
-from engine.decode.mst import is_tree
 from engine.decode.tag_marginal import parse_over_tag_samples, retagged
+from engine.kernels.mbr import mbr_decode
+from engine.kernels.mst import is_tree
 from engine.model.store import ModelError
 from engine.pipeline import Pipeline
 from engine.training.pipeline import TrainOptions, TrainOptionsError, train_model

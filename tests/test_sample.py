@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-import engine.decode.sample as sample_mod
-from engine.decode.sample import sample_trees
-from engine.inference.brute_force import BruteForce, brute_force, is_projective
+import engine.kernels.sample as sample_mod
+from engine.kernels.brute_force import BruteForce, brute_force, is_projective
+from engine.kernels.sample import sample_trees
 
 MODES = [(single_root, projective) for single_root in (False, True) for projective in (False, True)]
 NUM = 20_000

@@ -13,7 +13,7 @@ from engine.features.templates import ArcTemplate
 from engine.graph.build import build_graph
 from engine.graph.pairwise import grand_arcs
 from engine.inference.bp import BPConfig
-from engine.inference.exact import TreeConstraint
+from engine.kernels.exact import TreeConstraint
 from engine.scoring.potentials import arc_scores
 from engine.scoring.pruning import PruneConfig, prune_arcs
 from engine.training.cll import TrainingBatch, cll_objective

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from service_helpers import CONLLU, TAGS, TAGS2, WORDS, WORDS2, running_app
 
-from engine.decode.mst import is_tree
+from engine.kernels.mst import is_tree
 from service.limits import Admission
 from service.problems import ProblemError
 

@@ -63,7 +63,7 @@ def test_default_model_is_the_full_pipeline() -> None:
 
 
 def test_default_pipeline_parses_raw_text_end_to_end() -> None:
-    from engine.decode.mst import is_tree
+    from engine.kernels.mst import is_tree
     from engine.pipeline import Pipeline
 
     pipeline = Pipeline.load(PIPELINE)

@@ -104,7 +104,7 @@ def test_a_callback_error_stops_training_without_a_model(tmp_path: Path, toy: Pa
 def test_on_batch_counts_batches_over_all_epochs(toy: Path) -> None:
     from engine.features.extract import FeatureExtractor
     from engine.features.templates import default_first_order
-    from engine.inference.exact import TreeConstraint
+    from engine.kernels.exact import TreeConstraint
     from engine.training.cll import TrainConfig, train_cll
 
     calls: list[tuple[int, int]] = []

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from engine.inference.brute_force import is_projective
+from engine.kernels.brute_force import is_projective
 
 
 def assert_valid_tree(heads: np.ndarray, n: int, single_root: bool, *, projective: bool = True) -> None:

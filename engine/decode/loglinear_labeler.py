@@ -29,7 +29,7 @@ tags such draws hold. The pipeline also trains it on K copies of each sentence u
 fold tagger, each sentence next to its copies so that stacking's folds keep them together. On the shipped
 parser's EWT dev trees with 16 draws, LAS 82.95 -> 83.07 (docs/results/pipeline.md, *Labels under tag uncertainty*).
 
-Every template's value is hashed (``engine.features.hashing``) into ``buckets`` rows of a weight matrix
+Every template's value is hashed (``engine.hashing``) into ``buckets`` rows of a weight matrix
 ``W (buckets, n_labels)``; an arc's label scores are the sum of the rows of its features, and
 ``p = softmax(scores)``. Training minimises the mean log-loss of the gold labels on gold trees plus
 ``l2 / 2`` times the squared norm of the rows a mini-batch touches (lazy L2), by AdaGrad (Duchi, Hazan &
@@ -50,8 +50,9 @@ from typing import Any, Protocol
 import numpy as np
 from scipy import sparse
 
-from engine.features.hashing import hash_string, hash_strings
+from engine.hashing import hash_string, hash_strings
 from engine.optim import AdaGrad, EpochLoop
+from engine.text.jackknife import fold_bounds  # contiguous folds, as for the tagger
 
 log = logging.getLogger(__name__)
 
@@ -539,7 +540,6 @@ class LogLinearLabeler:
         if folds < 2 or len(train) < folds * group:
             return first
         start = time.perf_counter()
-        from engine.text.jackknife import fold_bounds  # contiguous folds, as for the tagger
 
         held_out: list[list[str]] = []
         for k, (lo, hi) in enumerate((group * a, group * b) for a, b in fold_bounds(len(train) // group, folds)):

@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 
 from engine.decode.labeler import label_arcs, label_distributions
-from engine.decode.mbr import mbr_decode
-from engine.inference.exact import TreeConstraint
-from engine.parser import ParsedSentence
+from engine.kernels.exact import TreeConstraint
+from engine.kernels.mbr import mbr_decode
+from engine.results import ParsedSentence
 
 TagSequence = tuple[list[str], list[str]]  # UPOS, XPOS
 

@@ -18,9 +18,9 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.features.hashing import hash_string, hash_strings, mix
 from engine.features.templates import ArcTemplate
-from engine.text.tagger import word_shape
+from engine.hashing import hash_string, hash_strings, mix
+from engine.text.shapes import word_shape
 
 UPOS_TAGS = (
     "ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM",

@@ -23,8 +23,8 @@ import numpy as np
 from numba import njit  # type: ignore[import-untyped]
 
 from engine.features.extract import Tokens, token_attribute
-from engine.features.hashing import hash_string, hash_strings, mix_pair
 from engine.features.templates import CONTEXTS, TOKEN_ATTRIBUTES
+from engine.hashing import hash_string, hash_strings, mix_pair
 
 FAMILIES = ("grand", "sib", "childseq", "nocross")
 _BINS = np.array([0, 1, 2, 3, 4, 5, 5, 6, 6, 6, 6, 7])
@@ -131,7 +131,7 @@ def _triple_kernel(codes: np.ndarray, seeds: np.ndarray, roles: np.ndarray, kind
                    positions: np.ndarray, ctx: np.ndarray, modulus: np.uint64, out: np.ndarray) -> None:
     """``out[i, k]``: template k's feature index for triple i, ``1 + hash % modulus``, the hash being the
     seed mixed with each role's attribute codes in turn (a, b, c) and then the context code
-    (``engine.features.hashing.mix``, one pair at a time)."""
+    (``engine.hashing.mix``, one pair at a time)."""
     for i in range(positions.shape[1]):
         for k in range(len(seeds)):
             x = seeds[k]

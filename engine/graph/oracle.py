@@ -16,7 +16,10 @@ import numpy as np
 from scipy.special import logsumexp
 
 from engine.graph.family import FactorFamily
-from engine.inference.brute_force import enumerate_trees
+from engine.graph.hard import Link
+from engine.graph.pairwise import PairFamily
+from engine.graph.tree import Tree
+from engine.kernels.brute_force import enumerate_trees
 
 MAX_VARIABLES = 16
 
@@ -59,10 +62,6 @@ def tree_log_weights(families: Sequence[FactorFamily], n: int, *, single_root: b
     """Every tree as a boolean arc matrix (T, n+1, n+1) and its unnormalised log-weight (T,) under the
     LINK and pairwise families among ``families`` (a TREE/PTREE factor is implied by the enumeration;
     any other family is refused). Vectorised over trees: O(T (n^2 + F))."""
-    from engine.graph.hard import Link
-    from engine.graph.pairwise import PairFamily
-    from engine.graph.tree import Tree
-
     trees = enumerate_trees(n, single_root=single_root, projective=projective)
     ys = np.zeros((len(trees), n + 1, n + 1), dtype=bool)
     ys[np.arange(len(trees))[:, None], trees[:, 1:], np.arange(1, n + 1)] = True

@@ -21,13 +21,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from engine.graph.family import ArcFamily, FactorFamily, Messages
-from engine.inference.eisner import eisner_marginals
-from engine.inference.matrix_tree import (
+from engine.kernels.brute_force import is_projective
+from engine.kernels.eisner import eisner_marginals
+from engine.kernels.matrix_tree import (
     matrix_tree_marginals,
     matrix_tree_word_marginals,
     matrix_tree_word_marginals_many,
 )
-from engine.inference.tree_hessian import eisner_hvp, matrix_tree_hvp
+from engine.kernels.mst import is_tree
+from engine.kernels.tree_hessian import eisner_hvp, matrix_tree_hvp
 
 _TINY = 1e-300
 
@@ -105,7 +107,7 @@ class Tree(ArcFamily):
         ``out = log mu - log rest - r`` with ``rest = exclusive_sum(mu)``, so with ``g = d/d out``:
         ``d/d mu = g / mu - exclusive_sum(g / rest)`` (the exclusive sum is its own transpose), and the
         Jacobian of ``mu`` in ``r`` is the Hessian of ``log Z``: ``d/d r = H (d/d mu) - g``, an exact
-        O(n^3) Hessian-vector product (``engine.inference.tree_hessian``). Where the forward pass
+        O(n^3) Hessian-vector product (``engine.kernels.tree_hessian``). Where the forward pass
         clamped ``mu`` or ``rest`` at 1e-300 the adjoint through that term is 0."""
         g = np.where(self.valid, grad_out[0], 0.0)
         mu = self.arc_marginals(incoming)
@@ -120,9 +122,6 @@ class Tree(ArcFamily):
         return (np.where(self.valid, hv - g, 0.0),), None
 
     def log_potential(self, y: np.ndarray) -> float:
-        from engine.decode.mst import is_tree
-        from engine.inference.brute_force import is_projective
-
         y = y & self.valid
         if not (y[:, 1:].sum(axis=0) == 1).all():
             return -np.inf

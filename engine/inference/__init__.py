@@ -1,1 +1,2 @@
-"""Inference over dependency trees: exact first-order kernels (Matrix-Tree, Eisner) and oracles."""
+"""Inference over factor graphs: loopy BP (Smith & Eisner 2008), its reverse mode (Stoyanov et al. 2011),
+relaxed BP (Riedel & Smith 2010), and their settings. The exact tree kernels are in ``engine.kernels``."""

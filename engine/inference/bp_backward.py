@@ -26,7 +26,7 @@ and the reverse step, from the adjoint ``g_f`` of ``m_f'``, is
 ``gather`` and ``scatter`` are each other's transposes. The clip is treated as the piecewise function
 it is (adjoint 0 where it was active). A stopping rule by tolerance is a discrete decision: the
 gradient is that of the iterations actually run. Cost: the forward pass plus one adjoint per message
-update (for TREE/PTREE an exact O(n^3) Hessian-vector product, ``engine.inference.tree_hessian``).
+update (for TREE/PTREE an exact O(n^3) Hessian-vector product, ``engine.kernels.tree_hessian``).
 """
 
 from __future__ import annotations

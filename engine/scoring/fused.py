@@ -5,7 +5,7 @@ the feature indices ``(B, n+1, n+1, K)`` of ``engine.features.extract.FeatureExt
 the shipped model K = 393 slots per arc, 289 of them "between" features (Mcdonald et al. 2005, Table 1:
 one per UPOS tag lying between head and dependent), most of them the null feature because the tag is
 absent. Inference never needs the indices, only their weights' sums, so this module computes the same
-hashes (``engine.features.hashing.mix``, bucket ``1 + code % (dim - 1)``) arc by arc in a numba kernel and
+hashes (``engine.hashing.mix``, bucket ``1 + code % (dim - 1)``) arc by arc in a numba kernel and
 adds each weight as soon as its index is known, for every weight vector at once (the model's and the
 pruner's share the features). "Between" features are visited only for the tags that are present
 (the absent ones are the null feature: ``weights[0]`` each). Training keeps the indices
@@ -25,7 +25,7 @@ from numba import njit, types  # type: ignore[import-untyped]
 from numba.extending import overload  # type: ignore[import-untyped]
 
 from engine.features.extract import UPOS_TAGS, FeatureExtractor, Tokens, direction_distance, token_attribute
-from engine.features.hashing import hash_string, hash_strings, mix_pair
+from engine.hashing import hash_string, hash_strings, mix_pair
 
 _DEP_SEED = np.uint64(0x51ED27)
 _CONTEXTS = {"none": 0, "dir": 1, "dist": 2}

@@ -5,7 +5,7 @@ the UTF-32 encoding, per-character lowercase and class are looked up once per di
 and the hash of any substring ``[i, j)`` is read off a polynomial prefix hash in wrapping uint64
 arithmetic, ``(H[j] - H[i]) * P^-i`` (P odd, so invertible modulo 2^64), then mixed with its length
 (Karp & Rabin 1987 rolling hashes). Feature values are finally combined with their template's code by
-``engine.features.hashing.mix``, so a feature key is a stable 64-bit integer.
+``engine.hashing.mix``, so a feature key is a stable 64-bit integer.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.features.hashing import hash_string, mix
+from engine.hashing import hash_string, mix
 
 PAD = 4  # padding characters on each side of the text
 _P = 0x100000001B3

@@ -10,7 +10,7 @@ training (about 100 for EWT), so the two tags of a word always agree and the tra
 XPOS distinctions; the emission score of a state ``(u, x)`` is ``sum_k U[f_k, u] + sum_k X[f_k, x]`` with
 ``U`` and ``X`` two ``(F+1, T)`` weight matrices gathered by feature id (``JointCrf``).
 
-Features are 64-bit codes from ``engine.features.hashing`` (template seed mixed with value codes),
+Features are 64-bit codes from ``engine.hashing`` (template seed mixed with value codes),
 extracted for all words at once: the word and its lowercase form (frequent words only), prefixes and
 suffixes of 1-4 characters, collapsed shape (``Xx``, ``d.d``; conjoined with "first word" at the start),
 digit/hyphen/capital flags, the neighbours' words, suffixes and tag sets at -2..+2 and shapes at -1/+1,
@@ -43,8 +43,9 @@ import numpy as np
 from scipy import sparse
 
 from engine.data.batching import length_batches
-from engine.features.hashing import hash_string, hash_strings, mix
+from engine.hashing import hash_string, hash_strings, mix
 from engine.optim import AdaGrad, EpochLoop, OptimSettings
+from engine.text.shapes import word_shape
 
 log = logging.getLogger(__name__)
 
@@ -310,28 +311,6 @@ Lexicon = dict[str, tuple[np.ndarray, np.ndarray]]
 @cache
 def _seed(name: str) -> np.uint64:
     return np.uint64(hash_string(f"tagger|{name}"))
-
-
-def word_shape(form: str) -> str:
-    """Collapsed word shape: ``Xx`` for "Hello", ``d.d`` for "3.14", ``x-x`` for "well-known"."""
-    out: list[str] = []
-    for ch in form:
-        c = "X" if ch.isupper() else "x" if ch.isalpha() else "d" if ch.isdigit() else ch
-        if not out or out[-1] != c:
-            out.append(c)
-    return "".join(out)
-
-
-def long_shape(form: str) -> str:
-    """Word shape keeping run lengths up to 3: ``Xxxx`` for "Hello", ``XXX`` for "CPA", ``dd.dd`` for "12.50"."""
-    out: list[str] = []
-    run = 0
-    for ch in form:
-        c = "X" if ch.isupper() else "x" if ch.isalpha() else "d" if ch.isdigit() else ch
-        run = run + 1 if out and out[-1] == c else 1
-        if run <= 3:
-            out.append(c)
-    return "".join(out)
 
 
 def _lookup_table(table: tuple[np.ndarray, np.ndarray], keys: np.ndarray, default: int) -> np.ndarray:

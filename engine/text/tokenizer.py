@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 
 from engine.data.conllu_io import Sentence
-from engine.evaluation.ud_align import evaluate_ud, sentences_from_conllu
 from engine.text.char_features import (
     N_CHAR_TEMPLATES,
     N_TOKEN_TEMPLATES,
@@ -44,7 +43,7 @@ from engine.text.char_features import (
 )
 from engine.text.linear import HashedLogLinear
 from engine.text.mwt import MultiwordExpander
-from engine.text.treebank_text import build_text, raw_text
+from engine.text.treebank_text import build_text
 
 log = logging.getLogger(__name__)
 
@@ -138,12 +137,11 @@ class Tokenizer:
     # ------------------------------------------------------------------ training
     @classmethod
     def train(
-        cls, sentences: Sequence[Sentence], *, dev: Sequence[Sentence] | None = None, seed: int = 0,
-        progress: bool = False, char_epochs: int = 3, sentence_epochs: int = 5, learning_rate: float = 0.2,
-        min_count: int = 2,
+        cls, sentences: Sequence[Sentence], *, seed: int = 0, progress: bool = False, char_epochs: int = 3,
+        sentence_epochs: int = 5, learning_rate: float = 0.2, min_count: int = 2,
     ) -> Tokenizer:
         """Learn from treebank sentences (their ``# text``, tokens, SpaceAfter, ``# newdoc``/``# newpar``).
-        With ``dev``, the raw-text scores on it are logged and kept in ``info["dev"]``."""
+        The raw-text scores on a dev set are the trainer's (``engine.training.pipeline``)."""
         if not sentences:
             raise ValueError("no training sentences")
         t0 = time.perf_counter()
@@ -175,15 +173,7 @@ class Tokenizer:
             "seconds": {"features": round(t_feats, 2), "characters": round(t_chars - t_feats, 2),
                         "total": round(time.perf_counter() - t0, 2)},
         }
-        model = cls(char_model, sent_model, known, mwt, info=info)
-        if dev:
-            system = sentences_from_conllu(model.to_conllu(model.tokenize(raw_text(dev))))
-            scores = evaluate_ud(dev, system)
-            model.info["dev"] = {k: round(scores[k], 2) for k in ("tokens", "sentences", "words")}
-            log.info("tokenizer dev (raw text): tokens %.2f sentences %.2f words %.2f", scores["tokens"],
-                     scores["sentences"], scores["words"])
-        model.info["seconds"]["total"] = round(time.perf_counter() - t0, 2)
-        return model
+        return cls(char_model, sent_model, known, mwt, info=info)
 
     # ------------------------------------------------------------------ inference
     def _char_probabilities(self, arr: TextArrays) -> np.ndarray:

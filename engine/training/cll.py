@@ -24,10 +24,10 @@ import numpy as np
 from tqdm import tqdm
 
 from engine.data.batching import length_batches
-from engine.decode.mst import is_tree
 from engine.features.extract import FeatureExtractor
-from engine.inference.brute_force import is_projective
-from engine.inference.exact import TreeConstraint, exact_marginals
+from engine.kernels.brute_force import is_projective
+from engine.kernels.exact import TreeConstraint, exact_marginals
+from engine.kernels.mst import is_tree
 from engine.scoring.potentials import arc_scores, scatter_gradient
 from engine.training.loop import EpochLoop, dev_or_loss
 from engine.training.optim import AdaGrad, OptimSettings

@@ -37,12 +37,13 @@ from typing import Any
 
 import numpy as np
 
+from engine.data.batching import length_batches
 from engine.graph.build import SentenceGraph
 from engine.graph.tree import Tree
 from engine.inference.bp import BPConfig, BPResult
 from engine.inference.bp_backward import bp_backward, bp_forward
-from engine.inference.exact import TreeConstraint, exact_marginals
-from engine.inference.tree_hessian import tree_hvp
+from engine.kernels.exact import TreeConstraint, exact_marginals
+from engine.kernels.tree_hessian import tree_hvp
 from engine.scoring.potentials import arc_scores, scatter_gradient
 from engine.training.cll import TrainingBatch, TrainResult, cll_objective, prepare_batches, usable_trees
 from engine.training.loop import EpochLoop, dev_or_loss
@@ -222,8 +223,6 @@ def train_erma(parser: Any, train: Sequence[Any], config: ErmaConfig, bp: BPConf
                on_batch: Callable[[int, int], None] | None = None) -> TrainResult:
     """Train a ``BPParser``'s weights in place from their current value (e.g. warm-started from its
     pruner) through ``bp`` (fixed iterations); returns the best weights, also left in ``parser``."""
-    from engine.data.batching import length_batches
-
     start = time.perf_counter()
     keep, skipped = usable_trees(train, parser.constraint)
     sents = [train[i] for i in keep]

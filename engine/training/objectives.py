@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.inference.exact import TreeConstraint, exact_marginals
-from engine.inference.tree_hessian import tree_hvp
+from engine.kernels.exact import TreeConstraint, exact_marginals
+from engine.kernels.tree_hessian import tree_hvp
 
 
 def gold_indicators(heads: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ process. ``on_progress(fraction, stage)`` reports the overall progress (0..1) ac
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -18,8 +19,31 @@ from typing import Any
 
 import numpy as np
 
+from engine.bp_parser import BPParser, load_any
 from engine.data.conllu_io import ConlluError, check_parsable, read_conllu  # noqa: F401 (re-exported)
+from engine.decode.labeler import CountLabeler
+from engine.decode.loglinear_labeler import LogLinearLabeler
+from engine.decode.tag_marginal import parse_over_tag_samples, with_tag_copies
+from engine.evaluation.metrics import attachment_scores, tag_accuracy
+from engine.evaluation.ud_align import evaluate_ud, sentences_from_conllu
+from engine.features.extract import FeatureExtractor
+from engine.features.second_order import default_second_order
+from engine.features.templates import default_first_order
+from engine.inference.bp import BPConfig
+from engine.kernels.exact import TreeConstraint
+from engine.model.store import file_sha256
+from engine.parser import FirstOrderParser
+from engine.pipeline import Pipeline
+from engine.text.jackknife import jackknife_tag_draws
+from engine.text.tagger import Tagger
+from engine.text.tokenizer import Tokenizer
+from engine.text.treebank_text import raw_text
+from engine.training.cll import TrainConfig, train_cll
+from engine.training.erma import ErmaConfig, train_erma, train_erma_exact
+from engine.training.objectives import AnnealSchedule
 from engine.training.options import TrainOptions, TrainOptionsError  # declared there; imported from here too
+from engine.training.seeds import train_seeds
+from engine.training.surrogate import train_surrogate
 
 log = logging.getLogger(__name__)
 
@@ -70,20 +94,25 @@ def _spans(order: int, train_pruner: bool, components: Sequence[str] = ("parser"
 
 def attachment(gold: Sequence[Any], parsed: Sequence[Any]) -> dict[str, Any]:
     """UAS/LAS/ECE of parsed sentences against gold ones."""
-    from engine.evaluation.metrics import attachment_scores
-
     return attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
                              [p.head_probs for p in parsed])
 
 
 def erma_config(options: TrainOptions) -> Any:
     """The approximation-aware trainer's settings from the training options."""
-    from engine.training.erma import ErmaConfig
-    from engine.training.objectives import AnnealSchedule
-
     return ErmaConfig(options.objective, epochs=options.epochs, batch_size=options.batch_size,
                       learning_rate=options.effective_learning_rate, l2=options.l2, seed=options.seed,
                       average=options.average, anneal=AnnealSchedule(*options.anneal))
+
+
+def _score_tokenizer(tokenizer: Any, dev: Sequence[Any]) -> None:
+    """Log the tokenizer's raw-text scores on ``dev`` (CoNLL 2018 aligned F1) and keep them in its
+    ``info["dev"]``."""
+    system = sentences_from_conllu(tokenizer.to_conllu(tokenizer.tokenize(raw_text(dev))))
+    scores = evaluate_ud(dev, system)
+    tokenizer.info["dev"] = {k: round(scores[k], 2) for k in ("tokens", "sentences", "words")}
+    log.info("tokenizer dev (raw text): tokens %.2f sentences %.2f words %.2f", scores["tokens"],
+             scores["sentences"], scores["words"])
 
 
 def train_model(
@@ -109,19 +138,6 @@ def train_model(
     Raises ``ConlluError`` for bad treebanks, ``ModelError`` for a bad pruner and
     ``TrainOptionsError`` for a pruner that does not match the options.
     """
-    from engine.bp_parser import BPParser, load_any
-    from engine.decode.labeler import CountLabeler
-    from engine.features.extract import FeatureExtractor
-    from engine.features.second_order import default_second_order
-    from engine.features.templates import default_first_order
-    from engine.inference.bp import BPConfig
-    from engine.inference.exact import TreeConstraint
-    from engine.model.store import file_sha256
-    from engine.parser import FirstOrderParser
-    from engine.training.cll import TrainConfig, train_cll
-    from engine.training.seeds import train_seeds
-    from engine.training.surrogate import train_surrogate
-
     order = options.order
     report = _Progress(on_progress, _spans(order, pruner_path is None, options.components))
     report("loading")
@@ -137,21 +153,16 @@ def train_model(
     check_parsable(train, train_path)
     parts: dict[str, Any] = {}
     if "tokenizer" in options.components:
-        from engine.text.tokenizer import Tokenizer
-
         report("training tokenizer")
-        parts["tokenizer"] = Tokenizer.train(train, dev=dev, seed=options.seed, progress=progress)
+        parts["tokenizer"] = Tokenizer.train(train, seed=options.seed, progress=progress)
+        if dev:
+            _score_tokenizer(parts["tokenizer"], dev)
     dev_gold = dev
     labeler_samples = options.effective_labeler_tag_samples
     train_draws: list[Any] = []  # tag samples of each (jackknifed) training sentence, for the labeller
     dev_draws: list[Any] = []  # tag samples of each dev sentence (with a tagger and options.tag_samples)
     if "tagger" in options.components:
         # the parser and labeler see predicted tags in training, as they will at test time
-        import copy
-
-        from engine.text.jackknife import jackknife_tag_draws
-        from engine.text.tagger import Tagger
-
         report("training tagger")
         jackknifed, train_draws = jackknife_tag_draws(train, folds=options.folds, seed=options.seed,
                                                       progress=progress, samples=labeler_samples)
@@ -189,8 +200,6 @@ def train_model(
 
         def run_first(seed: int, on_batch: Callable[[int, int], None]) -> Any:
             if order == 1 and options.objective != "cll":  # loss-aware training with exact inference (§4)
-                from engine.training.erma import train_erma_exact
-
                 return train_erma_exact(extractor, constraint, train, replace(erma_config(options), seed=seed),
                                         dev_uas_first if dev else None, progress, on_batch)
             return train_cll(extractor, constraint, train, replace(config, seed=seed) if order == 1 else
@@ -227,7 +236,6 @@ def train_model(
             if options.objective == "cll":
                 return train_surrogate(model, train, replace(config, seed=seed), bp, dev_uas if dev else None,
                                        progress, on_batch)
-            from engine.training.erma import train_erma
 
             return train_erma(model, train, replace(erma_config(options), seed=seed), bp, dev_uas if dev else None,
                               progress, on_batch)
@@ -246,9 +254,6 @@ def train_model(
             runs = [{k: v for k, v in r.items() if k != "dev"} for r in runs]
         training.update(method="mean of the weights of --seeds runs", runs=runs)
     if "labeler" in options.components:
-        from engine.decode.loglinear_labeler import LogLinearLabeler
-        from engine.decode.tag_marginal import with_tag_copies
-
         report("training labeler")
         copies = labeler_samples if train_draws else 0  # draws exist only when the tagger was trained
         labeler_train = with_tag_copies(train, train_draws) if copies else train
@@ -259,7 +264,6 @@ def train_model(
     dev_scores = None
     if dev:
         report("evaluating")
-        from engine.decode.tag_marginal import parse_over_tag_samples
 
         def parse(sentences: list[Any], labels: bool = True) -> list[Any]:
             return model.parse(sentences, labels=labels) if order == 1 else model.parse(sentences, inference,
@@ -272,11 +276,8 @@ def train_model(
             dev_scores["tag_samples"] = options.tag_samples
     extra = extra_manifest() if callable(extra_manifest) else extra_manifest
     if dev_scores is not None and dev_gold is not dev:
-        from engine.evaluation.metrics import tag_accuracy
-
         dev_scores["upos"] = tag_accuracy(dev_gold, dev)
     report("saving")
-    from engine.pipeline import Pipeline
 
     # the model's inference defaults (engine.inference.settings): its tag samples, and an approximation-aware
     # BP model's iterations, those it was trained through

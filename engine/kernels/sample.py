@@ -31,7 +31,7 @@ samples, robust to any score magnitude (Matrix-Tree switches to log-space elimin
 ill-conditioned). Hence sampling never hangs.
 
 Projective -- forward filtering, backward sampling through Eisner's (1996) inside chart in log space
-(``engine.inference.eisner``): the chart is filled once (O(n^3)); each sample then starts at the top
+(``engine.kernels.eisner``): the chart is filled once (O(n^3)); each sample then starts at the top
 item (multi-root ``C_r[0, n]``; single-root: the ROOT child ``m`` drawn by ``scores[0, m] + C_l[1, m] +
 C_r[m, n]``) and recursively draws every item's split with probability proportional to the inside
 weights of its two sub-items (the conditional probability of that split given the item). All samples
@@ -45,8 +45,8 @@ from bisect import bisect_right
 
 import numpy as np
 
-from engine.inference.eisner import _LOG, CL, CR, IL, IR, _inside, _root_terms, _validate
-from engine.inference.matrix_tree import matrix_tree_marginals
+from engine.kernels.eisner import CL, CR, IL, IR, LOG_SEMIRING, inside_chart, root_terms, validate
+from engine.kernels.matrix_tree import matrix_tree_marginals
 
 __all__ = ["sample_trees"]
 
@@ -82,7 +82,7 @@ def sample_trees(
     if not (rng is None or isinstance(rng, np.random.Generator) or
             (isinstance(rng, (int, np.integer)) and not isinstance(rng, bool))):
         raise ValueError(f"rng must be a numpy Generator, an int seed or None, got {type(rng).__name__}")
-    s = np.array(_validate(scores), dtype=np.float64)  # a copy: the caller's array is never touched
+    s = np.array(validate(scores), dtype=np.float64)  # a copy: the caller's array is never touched
     s[:, 0] = -np.inf
     np.fill_diagonal(s, -np.inf)
     gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
@@ -111,7 +111,7 @@ def _ffbs(s: np.ndarray, num: int, single_root: bool, rng: np.random.Generator) 
     """Projective samples: Eisner inside chart, then top-down split sampling, all samples in lock step."""
     n = s.shape[0] - 1
     with np.errstate(divide="ignore"):
-        ch, log_z = _inside(s, single_root, _LOG)
+        ch, log_z = inside_chart(s, single_root, LOG_SEMIRING)
     if not np.isfinite(log_z):
         raise ValueError("no projective tree has a finite score (every one uses a -inf arc)")
     chart, size = ch.start, ch.start.shape[1]  # chart[kind, start, width]; `size` chart positions
@@ -119,7 +119,7 @@ def _ffbs(s: np.ndarray, num: int, single_root: bool, rng: np.random.Generator) 
     stack = np.zeros((num, 2 * size + 2, 3), dtype=np.int64)  # (kind, start, width) items to expand
     rows = np.arange(num)
     if single_root:  # chart over the words only: chart position p is word p + 1
-        t = _root_terms(s, ch)
+        t = root_terms(s, ch)
         m = _draw_log(np.broadcast_to(t, (num, n)), rng.random(num))
         heads[rows, m + 1] = 0
         stack[:, 0] = np.stack([np.full(num, CL), np.zeros(num, np.int64), m], axis=1)

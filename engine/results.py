@@ -1,4 +1,11 @@
-"""A parse as a distribution over trees: log partition, marginals, MBR and MAP trees, k-best, samples.
+"""What a parse returns: ``ParsedSentence``, and the distribution over trees behind it.
+
+``ParsedSentence`` is one sentence's parse from either parser (``engine.parser``, ``engine.bp_parser``),
+from the pipeline and from parsing over tag samples (``engine.decode.tag_marginal``). Layering: this module
+sits above the exact kernels and the inference algorithms and below ``engine.decode``; it imports only
+``engine.kernels``.
+
+A parse as a distribution over trees: log partition, marginals, MBR and MAP trees, k-best, samples.
 
 ``TreeDistribution`` is ``p(tree) = exp(sum of arc scores over the tree) / Z`` over the trees a
 ``TreeConstraint`` allows (non-projective or projective, single- or multi-root). For a first-order
@@ -13,11 +20,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
-from engine.decode.mbr import best_tree, mbr_decode
-from engine.inference.exact import TreeConstraint, exact_marginals
+from engine.kernels.exact import TreeConstraint, exact_marginals
+from engine.kernels.kbest_nonprojective import kbest_arborescences
+from engine.kernels.kbest_projective import kbest_projective
+from engine.kernels.mbr import best_tree, mbr_decode
+from engine.kernels.sample import sample_trees
 
 SOURCES = ("exact", "bp-tree-factor")
 
@@ -73,19 +84,31 @@ class TreeDistribution:
     def kbest(self, k: int) -> list[tuple[float, np.ndarray]]:
         """The ``k`` most probable trees as ``(log_prob, heads)``, best first (all trees if fewer)."""
         if self.constraint.projective:
-            from engine.decode.kbest_projective import kbest_projective
-
             found = kbest_projective(self.scores, k, single_root=self.constraint.single_root)
         else:
-            from engine.decode.kbest_nonprojective import kbest_arborescences
-
             found = kbest_arborescences(self.scores, k, single_root=self.constraint.single_root)
         return [(float(score - self.log_partition), heads) for score, heads in found]
 
     def sample(self, num: int, seed: int | None = None) -> list[tuple[float, np.ndarray]]:
         """``num`` independent exact samples as ``(log_prob, heads)``; a seed makes them reproducible."""
-        from engine.decode.sample import sample_trees
-
         trees = sample_trees(self.scores, num, single_root=self.constraint.single_root,
                              projective=self.constraint.projective, rng=seed)
         return [(self.log_prob(t), t) for t in trees]
+
+
+@dataclass
+class ParsedSentence:
+    """One sentence's parse: MBR heads (n+1,), the chosen heads' marginals (n,), marginals
+    (n+1, n+1) with ``marginals[h, m] = p(head of m = h)``, labels and their probabilities."""
+
+    heads: np.ndarray
+    head_probs: np.ndarray
+    marginals: np.ndarray
+    log_partition: float | None  # None under approximate inference
+    deprels: list[str]
+    label_probs: np.ndarray
+    diagnostics: dict[str, Any] | None = None  # BP: iterations, converged, residual
+    distribution: TreeDistribution | None = None  # the distribution over trees behind the marginals
+
+
+UNLABELLED: tuple[list[str], np.ndarray] = ([], np.zeros(0))  # the labels of a parse asked for without them

@@ -3,6 +3,10 @@
 Feature indices must be identical across processes and machines (a saved model is a weight vector
 indexed by them), so Python's salted ``hash`` is not used: strings go through CRC-32 (zlib, C speed)
 and are then combined with a multiply-xorshift mixer in wrapping uint64 arithmetic.
+
+Layering: at the bottom of the engine (numpy, zlib and numba only), because every hashed model uses it:
+the tokenizer's and tagger's features (``engine.text``), the parser's (``engine.features``,
+``engine.scoring``) and the log-linear labeller's (``engine.decode``).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.inference.eisner import eisner_marginals
-from engine.inference.matrix_tree import matrix_tree_marginals
+from engine.kernels.eisner import eisner_marginals
+from engine.kernels.matrix_tree import matrix_tree_marginals
 
 TREE_KINDS = ("nonprojective", "projective")
 ROOT_MODES = ("single", "multi")

@@ -34,9 +34,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.inference.eisner import _LOG, CL, CR, IL, IR, _Chart, _fill, _from_start_width, _root_terms, _to_start_width
-from engine.inference.exact import TreeConstraint
-from engine.inference.matrix_tree import _check, _kirchhoff, arc_derivative, laplacian
+from engine.kernels.eisner import (
+    CL,
+    CR,
+    IL,
+    IR,
+    LOG_SEMIRING,
+    Chart,
+    fill,
+    from_start_width,
+    root_terms,
+    to_start_width,
+)
+from engine.kernels.exact import TreeConstraint
+from engine.kernels.matrix_tree import arc_derivative, check_scores, kirchhoff, laplacian
 
 __all__ = ["eisner_hvp", "matrix_tree_hvp", "tree_hvp"]
 
@@ -50,11 +61,11 @@ def matrix_tree_hvp(scores: np.ndarray, v: np.ndarray, *, single_root: bool) -> 
     the rare sentences whose LU determinant that function distrusts (reciprocal condition number
     below 1e-6) it is used anyway, so ``hv`` may lose digits there.
     """
-    scores = _check(scores)
+    scores = check_scores(scores)
     single = scores.ndim == 2
     batch = scores[None] if single else scores
     vb = np.asarray(v, dtype=np.float64).reshape(batch.shape)
-    a, _, k = _kirchhoff(batch, single_root)  # a: (B, n+1, n+1) column-scaled weights, zero where forbidden
+    a, _, k = kirchhoff(batch, single_root)  # a: (B, n+1, n+1) column-scaled weights, zero where forbidden
     inv = np.linalg.inv(k)
     d = arc_derivative(np.swapaxes(inv, 1, 2), single_root)
     mu = a * d
@@ -65,7 +76,7 @@ def matrix_tree_hvp(scores: np.ndarray, v: np.ndarray, *, single_root: bool) -> 
     return (mu[0], hv[0]) if single else (mu, hv)
 
 
-def _tangent(ch: _Chart, varc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _tangent(ch: Chart, varc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Forward-mode pass over a filled log-semiring chart: the tangent of every item along arc-score
     direction ``varc`` (2, L, L) (start-width layout). Each tangent is the expected ``v . y`` over the
     item's sub-derivations. Returns (tangent by start, by end, of ``inner``). O(L^3)."""
@@ -84,7 +95,7 @@ def _tangent(ch: _Chart, varc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     return t_start, t_end, t_inner
 
 
-def _complete_terms(ch: _Chart, t_start: np.ndarray, t_end: np.ndarray, c_norm: np.ndarray,
+def _complete_terms(ch: Chart, t_start: np.ndarray, t_end: np.ndarray, c_norm: np.ndarray,
                     w: int) -> tuple[np.ndarray, np.ndarray]:
     """For the complete items of width ``w``: the split probabilities p (2, k, w) and the tangent sums
     of the split's two children u (2, k, w); [0] = C_r (I_r + C_r), [1] = C_l (C_l + I_l)."""
@@ -100,7 +111,7 @@ def _complete_terms(ch: _Chart, t_start: np.ndarray, t_end: np.ndarray, c_norm: 
     return p, u
 
 
-def _second_outside(ch: _Chart, tangents: tuple[np.ndarray, np.ndarray, np.ndarray],
+def _second_outside(ch: Chart, tangents: tuple[np.ndarray, np.ndarray, np.ndarray],
                     gd: tuple[np.ndarray, np.ndarray], gb: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """Reverse mode through the tangent and inside passes together. O(L^3).
 
@@ -139,7 +150,7 @@ def _second_outside(ch: _Chart, tangents: tuple[np.ndarray, np.ndarray, np.ndarr
         for g_s, g_e, val in ((gd_s, gd_e, pd), (gb_s, gb_e, pb)):
             g_s[CR, :k, :w] += val
             g_e[CL, w:, w - 1 :: -1] += val
-    return _from_start_width(g_arc)
+    return from_start_width(g_arc)
 
 
 def eisner_hvp(scores: np.ndarray, v: np.ndarray, *, single_root: bool) -> np.ndarray:
@@ -154,20 +165,20 @@ def eisner_hvp(scores: np.ndarray, v: np.ndarray, *, single_root: bool) -> np.nd
     hv = np.zeros((n + 1, n + 1))
     with np.errstate(divide="ignore"):
         if single_root:
-            ch = _fill(scores[1:, 1:], _LOG)
-            varc = np.where(np.isfinite(_to_start_width(v[1:, 1:])), _to_start_width(v[1:, 1:]), 0.0)
+            ch = fill(scores[1:, 1:], LOG_SEMIRING)
+            varc = np.where(np.isfinite(to_start_width(v[1:, 1:])), to_start_width(v[1:, 1:]), 0.0)
         else:
             arc = scores.copy()
             arc[:, 0] = -np.inf
-            ch = _fill(arc, _LOG)
-            varc = np.where(np.isfinite(_to_start_width(v)), _to_start_width(v), 0.0)
+            ch = fill(arc, LOG_SEMIRING)
+            varc = np.where(np.isfinite(to_start_width(v)), to_start_width(v), 0.0)
         tangents = _tangent(ch, varc)
         t_start, t_end, _ = tangents
         size = ch.inner.shape[0]
         gd = (np.zeros((4, size, size)), np.zeros((4, size, size)))
         gb = (np.zeros((4, size, size)), np.zeros((4, size, size)))
         if single_root:  # log Z = (+)_m scores[0, m] + C_l[1, m] + C_r[m, n]
-            x = _root_terms(scores, ch)
+            x = root_terms(scores, ch)
             p = np.exp(x - np.logaddexp.reduce(x))
             u = v[0, 1:] + t_start[CL, 0, :] + t_end[CR, -1, ::-1]
             pb = p * (u - (p * u).sum())

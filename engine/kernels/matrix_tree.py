@@ -31,13 +31,13 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import lapack
 
-from engine.inference.tree_elimination import eliminate_log_partition, eliminate_marginals
+from engine.kernels.tree_elimination import eliminate_log_partition, eliminate_marginals
 
 __all__ = ["matrix_tree_log_partition", "matrix_tree_marginals", "matrix_tree_word_marginals",
            "matrix_tree_word_marginals_many"]
 
 
-def _check(scores: np.ndarray) -> np.ndarray:
+def check_scores(scores: np.ndarray) -> np.ndarray:
     scores = np.asarray(scores, dtype=np.float64)
     if scores.ndim not in (2, 3) or scores.shape[-1] != scores.shape[-2]:
         raise ValueError(f"scores must have shape (n+1, n+1) or (B, n+1, n+1), got {scores.shape}")
@@ -48,7 +48,7 @@ def _check(scores: np.ndarray) -> np.ndarray:
     return scores
 
 
-def _kirchhoff(scores: np.ndarray, single_root: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def kirchhoff(scores: np.ndarray, single_root: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Column-normalised weights and Kirchhoff matrix.
 
     ``scores`` (B, n+1, n+1) -> (A (B, n+1, n+1) in [0, 1] with zero diagonal and column 0,
@@ -117,7 +117,7 @@ def _solve(
     ``ok`` is False where the determinant cannot be trusted: non-positive sign, or a reciprocal
     condition number below ``_MIN_RCOND`` (more than 6 of 16 digits lost to cancellation).
     """
-    a, shift, k = _kirchhoff(scores, single_root)
+    a, shift, k = kirchhoff(scores, single_root)
     sign, logdet = np.linalg.slogdet(k)
     ok = (sign > 0) & np.isfinite(logdet)
     inv = np.zeros_like(k)
@@ -246,7 +246,7 @@ def matrix_tree_log_partition(scores: np.ndarray, *, single_root: bool) -> np.nd
     >>> round(float(np.exp(matrix_tree_log_partition(np.zeros((4, 4)), single_root=False))))
     16
     """
-    scores = _check(scores)
+    scores = check_scores(scores)
     batch = scores[None] if scores.ndim == 2 else scores
     log_z, _, _, ok = _solve(batch, single_root)
     for b in np.flatnonzero(~ok):
@@ -261,7 +261,7 @@ def matrix_tree_marginals(scores: np.ndarray, *, single_root: bool) -> tuple[np.
     word ``m`` is ``h`` (column 0 and the diagonal are 0; each column ``m >= 1`` sums to 1).
     Smith & Smith (2007) eq. 13; Koo et al. (2007) eq. for the single-root variant.
     """
-    scores = _check(scores)
+    scores = check_scores(scores)
     if scores.ndim == 2:
         one = _solve_one(_word_scores(scores), single_root)
         if one is not None:
@@ -281,7 +281,7 @@ def matrix_tree_word_marginals(words: np.ndarray, *, single_root: bool) -> np.nd
         return one[0]
     scores = np.full((words.shape[0], words.shape[0]), -np.inf)
     scores[:, 1:] = words
-    return _batch_marginals(_check(scores), single_root)[1]
+    return _batch_marginals(check_scores(scores), single_root)[1]
 
 
 def _batch_marginals(scores: np.ndarray, single_root: bool) -> tuple[np.ndarray | float, np.ndarray]:

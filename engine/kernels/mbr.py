@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.decode.mst import max_spanning_arborescence
-from engine.inference.eisner import eisner_viterbi
-from engine.inference.exact import TreeConstraint
+from engine.kernels.eisner import eisner_viterbi
+from engine.kernels.exact import TreeConstraint
+from engine.kernels.mst import max_spanning_arborescence
 
 
 def best_tree(scores: np.ndarray, constraint: TreeConstraint) -> np.ndarray:

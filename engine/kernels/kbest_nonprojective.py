@@ -24,7 +24,7 @@ so the swaps above leave the dependency trees, and filtering unconstrained trees
 They partition on the root arc first: with ``0 -> r`` forced (every other root arc forbidden) *every*
 arborescence is a dependency tree, so the unconstrained machinery above is exact inside it; the rest,
 ``0 -> r`` forbidden, is again a set of single-root trees whose best is the exact single-root MST
-(:func:`engine.decode.mst.max_spanning_arborescence`), which gives the next root arc.
+(:func:`engine.kernels.mst.max_spanning_arborescence`), which gives the next root arc.
 
 Laziness: a child whose best is not needed yet is queued under its parent's value (an upper bound) and
 solved when popped. Ties: a re-solve may return, instead of the tree already out, another one of the same
@@ -46,7 +46,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
-from engine.decode.mst import _cycles, _validated, max_spanning_arborescence
+from engine.kernels.mst import find_cycles, max_spanning_arborescence, validated
 
 __all__ = ["kbest_arborescences"]
 
@@ -79,7 +79,7 @@ def _solve(w: np.ndarray) -> _Solution | None:
     offin: dict[int, np.ndarray] = {}  # node -> the offsets of its own scale (read on its columns)
     up: dict[int, int] = {}  # node -> the cycle that absorbed it
     tops = set(range(1, n1))
-    pending = _cycles(gu.tolist())  # contracted one at a time; a new cycle must pass through the last one
+    pending = find_cycles(gu.tolist())  # contracted one at a time; a new cycle must pass through the last one
     waiting = {y for cyc in pending for y in cyc}
     while pending:
         cyc = pending.pop()
@@ -187,7 +187,7 @@ def kbest_arborescences(scores: ArrayLike, k: int, *, single_root: bool) -> list
     """
     if isinstance(k, bool) or not isinstance(k, Integral) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
-    w0 = _validated(scores)
+    w0 = validated(scores)
     cols = np.arange(1, w0.shape[0])
     out: list[tuple[float, np.ndarray]] = []
     seen: set[bytes] = set()

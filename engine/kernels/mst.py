@@ -51,7 +51,7 @@ def max_spanning_arborescence(scores: ArrayLike, *, single_root: bool) -> np.nda
     Raises ``ValueError`` unless ``scores`` is a square 2-D real array with ``n >= 1``, no NaN or ``+inf``
     (in the used entries) and finite arcs admitting at least one tree of the requested kind.
     """
-    w = _validated(scores)
+    w = validated(scores)
     n1 = w.shape[0]
     par = w.argmax(axis=0)
     if np.isfinite(w[par[1:], np.arange(1, n1)]).all():
@@ -89,7 +89,7 @@ def _reaches_root(par: np.ndarray) -> bool:
     return not par.any()
 
 
-def _validated(scores: ArrayLike) -> np.ndarray:
+def validated(scores: ArrayLike) -> np.ndarray:
     """A float64 copy of ``scores`` with column 0 and the diagonal set to -inf; ValueError if malformed."""
     a = np.asarray(scores)
     if a.ndim != 2 or a.shape[0] != a.shape[1]:
@@ -139,7 +139,7 @@ def _best_incoming(w: np.ndarray, single_root: bool) -> tuple[np.ndarray, np.nda
     return par, best
 
 
-def _cycles(par: list[int]) -> list[list[int]]:
+def find_cycles(par: list[int]) -> list[list[int]]:
     """All cycles of the functional graph ``m -> par[m]`` (node 0 excluded), each as a node list. O(k)."""
     state = [0] * len(par)  # 0 unseen, 1 on the current walk, 2 finished
     state[0] = 2
@@ -164,7 +164,7 @@ def _chu_liu_edmonds(w: np.ndarray, single_root: bool) -> np.ndarray:
     among those with the fewest root children."""
     n1 = w.shape[0]
     par, best = _best_incoming(w, single_root)
-    cycles = _cycles(par.tolist())
+    cycles = find_cycles(par.tolist())
     if not cycles:
         par[0] = -1
         return par

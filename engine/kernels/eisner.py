@@ -48,19 +48,19 @@ def _max(x: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class _Semiring:
+class Semiring:
     """``(x)`` is ``+`` on log-scores; ``(+)`` is ``reduce`` over the last axis."""
 
     reduce: Callable[[np.ndarray], np.ndarray]
     backpointers: bool  # record the argmax of every (+) (max semiring, for the Viterbi backtrace)
 
 
-_LOG = _Semiring(_logsumexp, backpointers=False)
-_MAX = _Semiring(_max, backpointers=True)
+LOG_SEMIRING = Semiring(_logsumexp, backpointers=False)
+MAX_SEMIRING = Semiring(_max, backpointers=True)
 
 
 @dataclass(frozen=True)
-class _Chart:
+class Chart:
     """Filled chart over ``L`` positions. Empty cells (width 0 of I) are ``-inf``."""
 
     start: np.ndarray  # (4, L, L): start[k, s, w] = item k over the span s..s+w
@@ -70,7 +70,7 @@ class _Chart:
     bp_complete: np.ndarray | None  # (2, L, L): argmax r - s - 1 of C_r, r - s of C_l
 
 
-def _to_start_width(arc: np.ndarray) -> np.ndarray:
+def to_start_width(arc: np.ndarray) -> np.ndarray:
     """``arc`` (L, L) -> (2, L, L) with ``[0, s, w] = arc[s, s+w]`` and ``[1, s, w] = arc[s+w, s]``."""
     n = arc.shape[0]
     s, t = np.triu_indices(n, 1)
@@ -80,8 +80,8 @@ def _to_start_width(arc: np.ndarray) -> np.ndarray:
     return out
 
 
-def _from_start_width(g: np.ndarray) -> np.ndarray:
-    """Inverse of ``_to_start_width`` for ``g`` (2, L, L) -> (L, L) with a zero diagonal."""
+def from_start_width(g: np.ndarray) -> np.ndarray:
+    """Inverse of ``to_start_width`` for ``g`` (2, L, L) -> (L, L) with a zero diagonal."""
     n = g.shape[1]
     s, t = np.triu_indices(n, 1)
     out = np.zeros((n, n))
@@ -90,7 +90,7 @@ def _from_start_width(g: np.ndarray) -> np.ndarray:
     return out
 
 
-def _fill(arc: np.ndarray, sr: _Semiring) -> _Chart:
+def fill(arc: np.ndarray, sr: Semiring) -> Chart:
     """Eisner chart over ``arc`` (L, L), ``arc[h, m]`` every arc allowed by the caller. O(L^3)."""
     n = arc.shape[0]
     start, end = np.full((4, n, n), -np.inf), np.full((4, n, n), -np.inf)
@@ -98,7 +98,7 @@ def _fill(arc: np.ndarray, sr: _Semiring) -> _Chart:
     inner = np.full((n, n), -np.inf)
     bp_i = np.zeros((n, n), dtype=np.int64) if sr.backpointers else None
     bp_c = np.zeros((2, n, n), dtype=np.int64) if sr.backpointers else None
-    arcs = _to_start_width(arc)
+    arcs = to_start_width(arc)
     for w in range(1, n):
         k = n - w  # spans s..s+w for s in 0..k-1; the split offset j = r - s is the last axis
         x = start[CR, :k, :w] + end[CL, w:, w - 1 :: -1]  # C_r[s, s+j] + C_l[s+j+1, s+w]
@@ -112,10 +112,10 @@ def _fill(arc: np.ndarray, sr: _Semiring) -> _Chart:
         start[CR:, :k, w] = end[CR:, w:, w] = sr.reduce(x)
         if bp_c is not None:
             bp_c[:, :k, w] = x.argmax(axis=-1)
-    return _Chart(start, end, inner, bp_i, bp_c)
+    return Chart(start, end, inner, bp_i, bp_c)
 
 
-def _outside(ch: _Chart, g_start: np.ndarray, g_end: np.ndarray) -> np.ndarray:
+def _outside(ch: Chart, g_start: np.ndarray, g_end: np.ndarray) -> np.ndarray:
     """Reverse-mode pass through a log-semiring chart (the outside algorithm). O(L^3).
 
     ``g_start`` / ``g_end`` (4, L, L) hold the seed adjoints d log Z / d item (start- and end-indexed,
@@ -144,26 +144,26 @@ def _outside(ch: _Chart, g_start: np.ndarray, g_end: np.ndarray) -> np.ndarray:
         p = np.exp(x - i_norm[:k, w, None]) * (g_i[0] + g_i[1])[:, None]
         g_start[CR, :k, :w] += p
         g_end[CL, w:, w - 1 :: -1] += p
-    return _from_start_width(g_arc)
+    return from_start_width(g_arc)
 
 
-def _root_terms(scores: np.ndarray, ch: _Chart) -> np.ndarray:
+def root_terms(scores: np.ndarray, ch: Chart) -> np.ndarray:
     """Single-root: ``scores[0, m] + C_l[1, m] + C_r[m, n]`` for m = 1..n, shape (n,)."""
     return scores[0, 1:] + ch.start[CL, 0, :] + ch.end[CR, -1, ::-1]
 
 
-def _inside(scores: np.ndarray, single_root: bool, sr: _Semiring) -> tuple[_Chart, float]:
+def inside_chart(scores: np.ndarray, single_root: bool, sr: Semiring) -> tuple[Chart, float]:
     """Fill the chart for a root mode; returns it and the total ((+) over all trees)."""
     if single_root:
-        ch = _fill(scores[1:, 1:], sr)  # words only; position p of this chart is word p + 1
-        return ch, float(sr.reduce(_root_terms(scores, ch)[None])[0])
+        ch = fill(scores[1:, 1:], sr)  # words only; position p of this chart is word p + 1
+        return ch, float(sr.reduce(root_terms(scores, ch)[None])[0])
     arc = scores.copy()
     arc[:, 0] = -np.inf  # nothing heads ROOT
-    ch = _fill(arc, sr)
+    ch = fill(arc, sr)
     return ch, float(ch.start[CR, 0, -1])
 
 
-def _validate(scores: np.ndarray) -> np.ndarray:
+def validate(scores: np.ndarray) -> np.ndarray:
     scores = np.asarray(scores, dtype=np.float64)
     if scores.ndim != 2 or scores.shape[0] != scores.shape[1]:
         raise ValueError(f"scores must be a square 2-D array of shape (n+1, n+1), got shape {scores.shape}")
@@ -182,9 +182,9 @@ def eisner_inside(scores: np.ndarray, *, single_root: bool) -> float:
     ``scores`` (n+1, n+1) arc log-potentials -> ``log Z`` (``-inf`` when every projective tree uses
     a forbidden arc). Eisner (1996) inside pass, O(n^3).
     """
-    scores = _validate(scores)
+    scores = validate(scores)
     with np.errstate(divide="ignore"):
-        return _inside(scores, single_root, _LOG)[1]
+        return inside_chart(scores, single_root, LOG_SEMIRING)[1]
 
 
 def eisner_marginals(scores: np.ndarray, *, single_root: bool) -> tuple[float, np.ndarray]:
@@ -195,17 +195,17 @@ def eisner_marginals(scores: np.ndarray, *, single_root: bool) -> tuple[float, n
     (Smith & Smith 2007 §3.2), computed by an outside pass that back-propagates through the inside
     pass's log-sum-exps. O(n^3). Raises ValueError when no projective tree has a finite score.
     """
-    scores = _validate(scores)
+    scores = validate(scores)
     n = scores.shape[0] - 1
     with np.errstate(divide="ignore"):
-        ch, log_z = _inside(scores, single_root, _LOG)
+        ch, log_z = inside_chart(scores, single_root, LOG_SEMIRING)
         if log_z == -np.inf:
             raise ValueError("no projective tree has a finite score (every one uses a -inf arc)")
         size = ch.inner.shape[0]
         g_start, g_end = np.zeros((4, size, size)), np.zeros((4, size, size))
         marg = np.zeros((n + 1, n + 1))
         if single_root:
-            p = np.exp(_root_terms(scores, ch) - log_z)
+            p = np.exp(root_terms(scores, ch) - log_z)
             marg[0, 1:] = p
             g_start[CL, 0, :] += p
             g_end[CR, -1, ::-1] += p
@@ -223,14 +223,14 @@ def eisner_viterbi(scores: np.ndarray, *, single_root: bool) -> np.ndarray:
     Ties are broken towards the leftmost split. Raises ValueError when no projective tree has a
     finite score.
     """
-    scores = _validate(scores)
+    scores = validate(scores)
     n = scores.shape[0] - 1
-    ch, best = _inside(scores, single_root, _MAX)
+    ch, best = inside_chart(scores, single_root, MAX_SEMIRING)
     if best == -np.inf:
         raise ValueError("no projective tree has a finite score (every one uses a -inf arc)")
     heads = np.full(n + 1, -1, dtype=np.int64)
     if single_root:
-        m = int(np.argmax(_root_terms(scores, ch)))  # chart position m is word m + 1
+        m = int(np.argmax(root_terms(scores, ch)))  # chart position m is word m + 1
         heads[m + 1] = 0
         _backtrace(ch, [(CL, 0, m), (CR, m, n - 1 - m)], heads, offset=1)
     else:
@@ -238,7 +238,7 @@ def eisner_viterbi(scores: np.ndarray, *, single_root: bool) -> np.ndarray:
     return heads
 
 
-def _backtrace(ch: _Chart, stack: list[tuple[int, int, int]], heads: np.ndarray, offset: int) -> None:
+def _backtrace(ch: Chart, stack: list[tuple[int, int, int]], heads: np.ndarray, offset: int) -> None:
     """Follow backpointers from the items ``(kind, start, width)`` on ``stack``, writing ``heads``.
 
     Chart position ``p`` is sentence position ``p + offset``. O(n): each word's arc is visited once.

@@ -20,7 +20,7 @@ first child of ``t``, ``INNER`` where the subtrees of ``s`` and ``t`` meet, the 
 child), so the k best derivations are k distinct trees.
 
 Algorithm: Huang & Chiang (2005), "Better k-best parsing", Algorithm 3. The 1-best (Viterbi) chart is
-filled vectorised by :mod:`engine.inference.eisner`; afterwards every node ``v`` reached by the search
+filled vectorised by :mod:`engine.kernels.eisner`; afterwards every node ``v`` reached by the search
 keeps its derivations found so far, best first, and a heap of candidates (edge, rank pair). A node's heap
 starts with every incoming edge at ranks (0, 0), scored straight from the chart; the (j+1)-th derivation
 is popped only when asked for, after pushing the successors of the j-th, ``(a, b+1)`` and, when
@@ -40,7 +40,7 @@ from numbers import Integral
 
 import numpy as np
 
-from engine.inference.eisner import _MAX, CL, CR, IL, IR, _fill, _validate
+from engine.kernels.eisner import CL, CR, IL, IR, MAX_SEMIRING, fill, validate
 
 __all__ = ["kbest_projective"]
 
@@ -65,7 +65,7 @@ class _LazyKBest:
     def __init__(self, arc: np.ndarray, root: np.ndarray | None) -> None:
         self.L = L = arc.shape[0]
         self.LL = L * L
-        self.chart = _fill(arc, _MAX)
+        self.chart = fill(arc, MAX_SEMIRING)
         self.arc: list[list[float]] = arc.tolist()
         self.root = root  # single-root: scores[0, 1:], the goal's edge weights
         self.nodes: dict[int, _Node] = {}
@@ -193,7 +193,7 @@ def kbest_projective(scores: np.ndarray, k: int, *, single_root: bool) -> list[t
     """
     if isinstance(k, bool) or not isinstance(k, Integral) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
-    scores = _validate(scores)
+    scores = validate(scores)
     n = scores.shape[0] - 1
     if single_root:
         search = _LazyKBest(scores[1:, 1:].copy(), scores[0, 1:].copy())
