@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 import engine
-from service import problems
+from service import openapi, problems
 from service.batcher import Batcher
 from service.limits import Admission, BodyLimitMiddleware, JsonContentTypeMiddleware
 from service.metrics import Metrics, MetricsMiddleware
@@ -136,6 +136,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   lifespan=lifespan)
     app.state.service = state
     problems.install(app)
+    openapi.install(app)
     for router in (parsing.router, models.router, jobs.router, ops.router):
         app.include_router(router)
     app.add_middleware(JsonContentTypeMiddleware)
