@@ -72,7 +72,7 @@ async def _load(state: ServiceState) -> None:
             d.mkdir(parents=True, exist_ok=True)
         state.store = await run_in_threadpool(JobStore, s.jobs_db)
         state.scheduler = Scheduler(state.store, s.trained_dir, s.workers, s.node,
-                                    on_finished=lambda job: state.registry.refresh())
+                                    on_finished=lambda job: state.registry.refresh(), uploads_dir=s.uploads_dir)
         await run_in_threadpool(state.scheduler.start)
         await run_in_threadpool(state.registry.load_shipped)
         await run_in_threadpool(state.registry.refresh)
