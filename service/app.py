@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
 import engine
@@ -132,8 +133,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if state.scheduler is not None:
                 await run_in_threadpool(state.scheduler.stop, 10.0)
 
-    app = FastAPI(title="bp-parser", version=engine.__version__, description=_description(settings),
-                  lifespan=lifespan)
+    # /docs and /redoc load Swagger UI and ReDoc from the fastapi-offline package (under /static-offline-docs),
+    # not from a CDN: the docs work offline and in air-gapped deployments. validatorUrl null: Swagger UI would
+    # otherwise send the document to an online validator for its badge.
+    app = FastAPIOffline(title="bp-parser", version=engine.__version__, description=_description(settings),
+                         lifespan=lifespan, swagger_ui_parameters={"validatorUrl": None})
     app.state.service = state
     problems.install(app)
     openapi.install(app)

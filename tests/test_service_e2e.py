@@ -81,6 +81,28 @@ def test_e2e_every_endpoint(server: tuple[ServerProcess, httpx.Client]) -> None:
     assert c.post("/parse", json={"tokens": [["w"] * 501], "tags": [["X"] * 501]}).json()["sentence"] == 0
 
 
+def test_e2e_docs_work_offline(server: tuple[ServerProcess, httpx.Client]) -> None:
+    """/docs and /redoc load their scripts, styles and icon from the service itself (they loaded Swagger UI
+    from a CDN: a blank page without internet), and the service serves those assets."""
+    import re
+
+    _, c = server
+    kinds = {".js": "javascript", ".css": "text/css", ".png": "image/png"}
+    for page, script in (("/docs", "SwaggerUIBundle"), ("/redoc", "Redoc")):
+        r = c.get(page)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html"), page
+        assert not re.search(r"(https?:)?//[A-Za-z0-9]", r.text), f"{page} refers to another host:\n{r.text}"
+        assets = re.findall(r'(?:src|href)="([^"]+)"', r.text)
+        assert any(a.endswith(".js") for a in assets) and any(a.endswith(".png") for a in assets), assets
+        for asset in assets:
+            served = c.get(asset)
+            kind = kinds[Path(asset).suffix]
+            assert served.status_code == 200 and kind in served.headers["content-type"], (asset, served.headers)
+            if kind == "javascript":
+                assert script in served.text and len(served.content) > 100_000, asset
+    assert '"validatorUrl": null' in c.get("/docs").text  # no badge fetched from an online validator
+
+
 def test_e2e_jobs_need_the_key(server: tuple[ServerProcess, httpx.Client]) -> None:
     _, c = server
     assert c.get("/jobs").status_code == 401
