@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, model_validator
 
 from engine.inference.settings import method_settings
 from engine.pipeline import MAX_TAG_SAMPLES
@@ -61,9 +61,9 @@ class InferenceOptions(BaseModel):
         "other routes")
 
 
-INPUTS = {"text": {"type": "string"}, "tokens": {"type": "array"}, "conllu": {"type": "string"}}
+INPUTS: dict[str, JsonValue] = {"text": {"type": "string"}, "tokens": {"type": "array"}, "conllu": {"type": "string"}}
 """The three ways to give the sentences; a request gives exactly one of them (and not as null)."""
-ONE_INPUT = [{"required": [name], "properties": {name: schema}} for name, schema in INPUTS.items()]
+ONE_INPUT: list[JsonValue] = [{"required": [name], "properties": {name: schema}} for name, schema in INPUTS.items()]
 """``oneOf`` of the request schemas: ``{}`` and two inputs at once are invalid in the schema as they are in
 ``ParseRequest._one_input`` (a branch holds when its input is present and not null)."""
 

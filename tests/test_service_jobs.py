@@ -85,7 +85,8 @@ def test_create_is_idempotent_per_key(store: JobStore) -> None:
 def test_cancel_in_each_state(store: JobStore) -> None:
     for job_id in "abc":
         store.create(job_id, _config(), "t.conllu", None)
-    assert store.request_cancel("a").status == "cancelled"  # queued: at once
+    cancelled = store.request_cancel("a")  # queued: at once
+    assert cancelled.status == "cancelled" and cancelled.stage == "cancelled"
     running = store.claim_next("n#1")
     assert running is not None and running.id == "b" and running.status == "running" and running.owner == "n#1"
     job = store.request_cancel("b")  # running: requested; the runner stops and records it
@@ -96,7 +97,7 @@ def test_cancel_in_each_state(store: JobStore) -> None:
     for job_id in "ab":  # finished: unchanged
         with pytest.raises(JobFinished) as info:
             store.request_cancel(job_id)
-        assert info.value.job.status == "cancelled"
+        assert info.value.job.status == "cancelled" and info.value.job.stage == "cancelled"
     with pytest.raises(JobNotFound):
         store.request_cancel("zzz")
     assert store.counts() == {"queued": 1, "running": 0, "succeeded": 0, "failed": 0, "cancelled": 2}
