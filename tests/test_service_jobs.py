@@ -319,6 +319,30 @@ def test_a_scheduler_without_workers_only_watches(layout: DataLayout,
     assert len(finished) == 2 and scheduler.running == [] and store.get("queued").status == "queued"  # type: ignore[union-attr]
 
 
+def test_uploads_of_terminal_jobs_are_deleted(layout: DataLayout, tmp_path: Path,
+                                              running: Callable[..., tuple[Scheduler, list[Job]]]) -> None:
+    """Retention: a job's uploads go when it is terminal, at start-up for jobs already terminal, and as a
+    scheduler sees jobs end (here one that only watches, as the app with workers=0 does); a queued job's
+    uploads and a directory without a job (an upload being received) stay."""
+    store = JobStore(layout.database)
+    treebank = tmp_path / "t.conllu"
+    treebank.write_text("1\tDogs\t_\tNOUN\t_\t_\t0\troot\t_\t_\n\n", encoding="utf-8")
+    for job_id in ("old", "elsewhere", "cancelled", "queued"):
+        _submit(store, layout, job_id, treebank)
+    layout.upload_dir("receiving").mkdir()
+    assert store.claim_next("worker#1").id == "old"  # type: ignore[union-attr]
+    assert store.finish("old", "worker#1", "failed", error="boom")  # ended before any scheduler watched
+    assert store.claim_next("worker#1").id == "elsewhere"  # type: ignore[union-attr]
+    scheduler, finished = running(workers=0, uploads_dir=layout.uploads)
+    assert not layout.upload_dir("old").exists()  # start-up
+    store.request_cancel("cancelled")
+    assert store.finish("elsewhere", "worker#1", "succeeded", model={"name": "x", "version": 1})
+    # ("old" may be reported too: it ended within the scheduler's clock slack before its start)
+    _wait(lambda: {"elsewhere", "cancelled"} <= {j.id for j in finished}, 5, "the jobs that ended to be reported")
+    assert not layout.upload_dir("elsewhere").exists() and not layout.upload_dir("cancelled").exists()
+    assert layout.train_file("queued").is_file() and layout.upload_dir("receiving").is_dir()
+
+
 def test_cancelling_a_running_job(layout: DataLayout, treebanks: dict[str, Path],
                                   running: Callable[..., tuple[Scheduler, list[Job]]]) -> None:
     store = JobStore(layout.database)
