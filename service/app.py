@@ -13,10 +13,11 @@ import logging
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
 import engine
-from service import problems
+from service import openapi, problems
 from service.batcher import Batcher
 from service.limits import Admission, BodyLimitMiddleware, JsonContentTypeMiddleware
 from service.metrics import Metrics, MetricsMiddleware
@@ -72,7 +73,7 @@ async def _load(state: ServiceState) -> None:
             d.mkdir(parents=True, exist_ok=True)
         state.store = await run_in_threadpool(JobStore, s.jobs_db)
         state.scheduler = Scheduler(state.store, s.trained_dir, s.workers, s.node,
-                                    on_finished=lambda job: state.registry.refresh())
+                                    on_finished=lambda job: state.registry.refresh(), uploads_dir=s.uploads_dir)
         await run_in_threadpool(state.scheduler.start)
         await run_in_threadpool(state.registry.load_shipped)
         await run_in_threadpool(state.registry.refresh)
@@ -132,10 +133,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if state.scheduler is not None:
                 await run_in_threadpool(state.scheduler.stop, 10.0)
 
-    app = FastAPI(title="bp-parser", version=engine.__version__, description=_description(settings),
-                  lifespan=lifespan)
+    # /docs and /redoc load Swagger UI and ReDoc from the fastapi-offline package (under /static-offline-docs),
+    # not from a CDN: the docs work offline and in air-gapped deployments. validatorUrl null: Swagger UI would
+    # otherwise send the document to an online validator for its badge.
+    app = FastAPIOffline(title="bp-parser", version=engine.__version__, description=_description(settings),
+                         lifespan=lifespan, swagger_ui_parameters={"validatorUrl": None})
     app.state.service = state
     problems.install(app)
+    openapi.install(app)
     for router in (parsing.router, models.router, jobs.router, ops.router):
         app.include_router(router)
     app.add_middleware(JsonContentTypeMiddleware)

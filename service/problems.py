@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 log = logging.getLogger("service")
 
@@ -80,8 +81,30 @@ def _http(request: Request, exc: Exception) -> JSONResponse:
                                 "UTF-8 text, not compressed, with numbers of at most 4,300 digits", "malformed-json")
     if exc.status_code == 404 and detail == "Not Found":
         detail = f"no route {request.url.path}; see /docs for the API"
-    return problem_response(exc.status_code, title, detail, title.lower().replace(" ", "-"),
-                            dict(exc.headers or {}))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(allowed_methods(request))
+        detail = f"{request.method} is not allowed on {request.url.path}; allowed: {headers['Allow']}"
+    return problem_response(exc.status_code, title, detail, title.lower().replace(" ", "-"), headers)
+
+
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app answers on this request's path (asked of each route with
+    Starlette's ``matches``, so routes of included routers count too).
+
+    Starlette builds a 405's ``Allow`` from the first route whose path matches, so a path served by two
+    routes (``GET /jobs/{id}`` and ``DELETE /jobs/{id}``) would list only one of them."""
+    routes = request.app.router.routes
+    scope = dict(request.scope)
+    allowed = []
+    for method in METHODS:
+        scope["method"] = method
+        if any(route.matches(scope)[0] is Match.FULL for route in routes):
+            allowed.append(method)
+    return allowed
 
 
 def _unexpected(request: Request, exc: Exception) -> JSONResponse:

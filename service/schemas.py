@@ -6,9 +6,9 @@ the settings (words per sentence, sentences per request) are checked again in ``
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, model_validator
 
 from engine.inference.settings import method_settings
 from engine.pipeline import MAX_TAG_SAMPLES
@@ -18,6 +18,16 @@ MODEL_REF = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[0-9]{1,9})?$"
 
 
 _BP, _RELAXED = method_settings("bp"), method_settings("relaxed")  # declared beside the algorithms
+
+
+def _integral(value: Any) -> Any:
+    """``5.0`` -> ``5``: JSON Schema counts a number without a fractional part as an integer, so the documented
+    ``"type": "integer"`` admits it; other values go on to the strict check ("5", true, 5.5: 422)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Integer = Annotated[int, BeforeValidator(_integral)]
+"""An integer request field (strict: no strings or booleans), given as ``5`` or ``5.0``."""
 
 
 class InferenceOptions(BaseModel):
@@ -32,17 +42,17 @@ class InferenceOptions(BaseModel):
         "propagation (Smith & Eisner 2008) over every factor; relaxed: Riedel & Smith 2010 Algorithm 1, BP over "
         "the higher-order factors whose gain exceeds epsilon, with the bound eta of what was left out. "
         "Default: exact for first-order models, bp for higher-order ones.")
-    iterations: int | None = Field(
+    iterations: Integer | None = Field(
         None, ge=_BP["iterations"].spec.minimum, description="BP iterations (bp; relaxed: at most this many per "
         f"round). Default: the model's, else {_BP['iterations'].default} for bp and "
         f"{_RELAXED['iterations'].default} per round for relaxed")
     epsilon: float | None = Field(None, ge=_RELAXED["epsilon"].spec.minimum, allow_inf_nan=False,
                                   description="gain threshold of relaxed inference (default: the model's, else "
                                   f"{_RELAXED['epsilon'].default:g})")
-    rounds: int | None = Field(None, ge=_RELAXED["rounds"].spec.minimum, description="relaxed: at most this many "
+    rounds: Integer | None = Field(None, ge=_RELAXED["rounds"].spec.minimum, description="relaxed: at most this many "
                                "rounds of adding factors (default: the model's, else until no factor's gain "
                                "exceeds epsilon; null: no limit)")
-    tag_samples: int | None = Field(
+    tag_samples: Integer | None = Field(
         None, ge=0, le=MAX_TAG_SAMPLES, description="sentences tagged by the model: average the arc "
         "marginals and the label distributions over the best tags and this many tag sequences drawn from the "
         "tagger's posterior (head and label probabilities that account for tagging uncertainty; one more parse "
@@ -51,10 +61,17 @@ class InferenceOptions(BaseModel):
         "other routes")
 
 
+INPUTS: dict[str, JsonValue] = {"text": {"type": "string"}, "tokens": {"type": "array"}, "conllu": {"type": "string"}}
+"""The three ways to give the sentences; a request gives exactly one of them (and not as null)."""
+ONE_INPUT: list[JsonValue] = [{"required": [name], "properties": {name: schema}} for name, schema in INPUTS.items()]
+"""``oneOf`` of the request schemas: ``{}`` and two inputs at once are invalid in the schema as they are in
+``ParseRequest._one_input`` (a branch holds when its input is present and not null)."""
+
+
 class ParseRequest(BaseModel):
     """Exactly one of ``text``, ``tokens`` or ``conllu``."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"oneOf": ONE_INPUT, "examples": [{
         "tokens": [["The", "parser", "tells", "you", "how", "sure", "it", "is", "."]],
         "tags": [["DET", "NOUN", "VERB", "PRON", "ADV", "ADJ", "PRON", "AUX", "PUNCT"]],
     }]})
@@ -73,7 +90,7 @@ class ParseRequest(BaseModel):
 
     @model_validator(mode="after")
     def _one_input(self) -> ParseRequest:
-        given = [k for k in ("text", "tokens", "conllu") if getattr(self, k) is not None]
+        given = [k for k in INPUTS if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError("give exactly one of text, tokens or conllu" +
                              (f" (got {', '.join(given)})" if given else ""))
@@ -81,12 +98,12 @@ class ParseRequest(BaseModel):
 
 
 class KBestRequest(ParseRequest):
-    k: int = Field(10, ge=1, le=100, description="number of trees per sentence")
+    k: Integer = Field(10, ge=1, le=100, description="number of trees per sentence")
 
 
 class SampleRequest(ParseRequest):
-    n: int = Field(10, ge=1, le=1000, description="number of sampled trees per sentence")
-    seed: int | None = Field(None, ge=0, le=2**32 - 1, description="seed for reproducible samples")
+    n: Integer = Field(10, ge=1, le=1000, description="number of sampled trees per sentence")
+    seed: Integer | None = Field(None, ge=0, le=2**32 - 1, description="seed for reproducible samples")
 
 
 class ModelRef(BaseModel):

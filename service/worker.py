@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     layout.create()
     scheduler = Scheduler(JobStore(layout.database), layout.trained_dir, args.workers, args.node,
                           poll_seconds=args.poll_seconds, stale_seconds=args.stale_seconds,
-                          cancel_grace=args.cancel_grace)
+                          cancel_grace=args.cancel_grace, uploads_dir=layout.uploads)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -81,6 +81,28 @@ def test_e2e_every_endpoint(server: tuple[ServerProcess, httpx.Client]) -> None:
     assert c.post("/parse", json={"tokens": [["w"] * 501], "tags": [["X"] * 501]}).json()["sentence"] == 0
 
 
+def test_e2e_docs_work_offline(server: tuple[ServerProcess, httpx.Client]) -> None:
+    """/docs and /redoc load their scripts, styles and icon from the service itself (they loaded Swagger UI
+    from a CDN: a blank page without internet), and the service serves those assets."""
+    import re
+
+    _, c = server
+    kinds = {".js": "javascript", ".css": "text/css", ".png": "image/png"}
+    for page, script in (("/docs", "SwaggerUIBundle"), ("/redoc", "Redoc")):
+        r = c.get(page)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html"), page
+        assert not re.search(r"(https?:)?//[A-Za-z0-9]", r.text), f"{page} refers to another host:\n{r.text}"
+        assets = re.findall(r'(?:src|href)="([^"]+)"', r.text)
+        assert any(a.endswith(".js") for a in assets) and any(a.endswith(".png") for a in assets), assets
+        for asset in assets:
+            served = c.get(asset)
+            kind = kinds[Path(asset).suffix]
+            assert served.status_code == 200 and kind in served.headers["content-type"], (asset, served.headers)
+            if kind == "javascript":
+                assert script in served.text and len(served.content) > 100_000, asset
+    assert '"validatorUrl": null' in c.get("/docs").text  # no badge fetched from an online validator
+
+
 def test_e2e_jobs_need_the_key(server: tuple[ServerProcess, httpx.Client]) -> None:
     _, c = server
     assert c.get("/jobs").status_code == 401
@@ -119,6 +141,8 @@ def test_e2e_training_job_then_parse_with_its_model(server: tuple[ServerProcess,
     assert done["status"] == "succeeded", done
     assert done["progress"] == 1.0 and done["model"] == {"name": "tiny-e2e", "version": 1}
     assert done["metrics"]["dev"]["uas"] > 30
+    uploads = server[0].data_dir / "uploads" / job_id  # retention: a terminal job's uploads are deleted
+    wait_for(lambda: not uploads.exists(), 30, "the uploads of the succeeded job to be deleted")
     assert any(j["id"] == job_id for j in c.get("/jobs", headers=AUTH).json()["jobs"])
     models = c.get("/models").json()["models"]
     assert any(m["name"] == "tiny-e2e" and m["version"] == 1 for m in models)
@@ -141,9 +165,18 @@ def test_e2e_cancel_a_running_job(server: tuple[ServerProcess, httpx.Client], ew
     assert r.status_code == 202, r.text
     job_id = r.json()["id"]
     wait_for(lambda: job(c, job_id)["status"] == "running" and job(c, job_id)["progress"] > 0, 120, "running")
+    queued = submit(c, first_sentences(ewt_dir / "en_ewt-ud-train.conllu", 20), {"name": "queued-cancel"})
+    queued_id = queued.json()["id"]  # the one worker is busy: this job waits in the queue
+    assert queued.status_code == 202 and (proc.data_dir / "uploads" / queued_id / "train.conllu").is_file()
     r = c.delete(f"/jobs/{job_id}", headers=AUTH)
     assert r.status_code == 202 and r.json()["status"] in ("running", "cancelled")
-    wait_for(lambda: job(c, job_id)["status"] == "cancelled", 30, "cancellation")
+    assert r.json()["stage"] in ("cancelling", "cancelled")
+    cancelled = wait_for(lambda: (j := job(c, job_id))["status"] == "cancelled" and j, 30, "cancellation")
+    assert cancelled["stage"] == "cancelled", cancelled  # it stayed "cancelling"
+    r = c.delete(f"/jobs/{queued_id}", headers=AUTH)
+    assert r.status_code == 202 and r.json()["status"] == "cancelled" and r.json()["stage"] == "cancelled", r.text
+    for ended in (job_id, queued_id):  # retention: a cancelled job's uploads are deleted
+        wait_for(lambda e=ended: not (proc.data_dir / "uploads" / e).exists(), 30, f"the uploads of {ended}")
     assert all(m["name"] != "to-cancel" for m in c.get("/models").json()["models"])
     trained = proc.data_dir / "models"
     assert not (trained / "to-cancel").exists() or not any((trained / "to-cancel").iterdir())
@@ -165,6 +198,7 @@ def test_e2e_restart_fails_the_job_left_running(tmp_path: Path, ewt_dir: Path) -
         with httpx.Client(base_url=second.url, timeout=60) as c:
             after = job(c, job_id)
             assert after["status"] == "failed" and "stopped" in after["error"], after
+            assert not (data / "uploads" / job_id).exists()  # a terminal job's uploads are deleted at start-up
             time.sleep(2.0)  # the orphaned child notices its parent is gone and must not publish anything
             assert job(c, job_id)["status"] == "failed"
             assert all(m["name"] != "orphan" for m in c.get("/models").json()["models"])

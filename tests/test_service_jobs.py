@@ -85,7 +85,8 @@ def test_create_is_idempotent_per_key(store: JobStore) -> None:
 def test_cancel_in_each_state(store: JobStore) -> None:
     for job_id in "abc":
         store.create(job_id, _config(), "t.conllu", None)
-    assert store.request_cancel("a").status == "cancelled"  # queued: at once
+    cancelled = store.request_cancel("a")  # queued: at once
+    assert cancelled.status == "cancelled" and cancelled.stage == "cancelled"
     running = store.claim_next("n#1")
     assert running is not None and running.id == "b" and running.status == "running" and running.owner == "n#1"
     job = store.request_cancel("b")  # running: requested; the runner stops and records it
@@ -96,7 +97,7 @@ def test_cancel_in_each_state(store: JobStore) -> None:
     for job_id in "ab":  # finished: unchanged
         with pytest.raises(JobFinished) as info:
             store.request_cancel(job_id)
-        assert info.value.job.status == "cancelled"
+        assert info.value.job.status == "cancelled" and info.value.job.stage == "cancelled"
     with pytest.raises(JobNotFound):
         store.request_cancel("zzz")
     assert store.counts() == {"queued": 1, "running": 0, "succeeded": 0, "failed": 0, "cancelled": 2}
@@ -316,6 +317,30 @@ def test_a_scheduler_without_workers_only_watches(layout: DataLayout,
     assert sorted((j.id, j.status) for j in finished) == [("cancelled", "cancelled"), ("elsewhere", "succeeded")]
     time.sleep(0.3)  # a few more polls: each job is reported once, and nothing is claimed
     assert len(finished) == 2 and scheduler.running == [] and store.get("queued").status == "queued"  # type: ignore[union-attr]
+
+
+def test_uploads_of_terminal_jobs_are_deleted(layout: DataLayout, tmp_path: Path,
+                                              running: Callable[..., tuple[Scheduler, list[Job]]]) -> None:
+    """Retention: a job's uploads go when it is terminal, at start-up for jobs already terminal, and as a
+    scheduler sees jobs end (here one that only watches, as the app with workers=0 does); a queued job's
+    uploads and a directory without a job (an upload being received) stay."""
+    store = JobStore(layout.database)
+    treebank = tmp_path / "t.conllu"
+    treebank.write_text("1\tDogs\t_\tNOUN\t_\t_\t0\troot\t_\t_\n\n", encoding="utf-8")
+    for job_id in ("old", "elsewhere", "cancelled", "queued"):
+        _submit(store, layout, job_id, treebank)
+    layout.upload_dir("receiving").mkdir()
+    assert store.claim_next("worker#1").id == "old"  # type: ignore[union-attr]
+    assert store.finish("old", "worker#1", "failed", error="boom")  # ended before any scheduler watched
+    assert store.claim_next("worker#1").id == "elsewhere"  # type: ignore[union-attr]
+    scheduler, finished = running(workers=0, uploads_dir=layout.uploads)
+    assert not layout.upload_dir("old").exists()  # start-up
+    store.request_cancel("cancelled")
+    assert store.finish("elsewhere", "worker#1", "succeeded", model={"name": "x", "version": 1})
+    # ("old" may be reported too: it ended within the scheduler's clock slack before its start)
+    _wait(lambda: {"elsewhere", "cancelled"} <= {j.id for j in finished}, 5, "the jobs that ended to be reported")
+    assert not layout.upload_dir("elsewhere").exists() and not layout.upload_dir("cancelled").exists()
+    assert layout.train_file("queued").is_file() and layout.upload_dir("receiving").is_dir()
 
 
 def test_cancelling_a_running_job(layout: DataLayout, treebanks: dict[str, Path],

@@ -30,8 +30,12 @@ class DataLayout:
     def database(self) -> Path:
         return self.data_dir / DATABASE
 
+    @property
+    def uploads(self) -> Path:
+        return self.data_dir / UPLOADS
+
     def upload_dir(self, job_id: str) -> Path:
-        return self.data_dir / UPLOADS / job_id
+        return self.uploads / job_id
 
     def train_file(self, job_id: str) -> Path:
         return self.upload_dir(job_id) / TRAIN_FILE

@@ -9,6 +9,10 @@ for a separate worker process (``python -m service.worker``) sharing the databas
 
 Two schedulers sharing a database must have different ``node`` names: on start, a scheduler fails the
 running jobs of earlier boots of its own node (their processes died with the old boot).
+
+Retention of uploads: a job's uploaded treebanks (``uploads/<id>/``) are deleted as soon as the job is
+terminal (succeeded, failed or cancelled; the trained model is in the models directory, and a job never
+runs again), by every scheduler that sees it end and, at start-up, for the jobs already terminal.
 """
 
 from __future__ import annotations
@@ -49,12 +53,14 @@ class Scheduler:
     whoever ended it: this scheduler's children, another worker sharing the database (so an app running
     with ``workers=0`` still learns about new models), a cancel request for a queued job, or recovery.
     It is not called for the jobs ``stop`` interrupts. ``target`` replaces ``run_job`` as the child's
-    entry point (tests).
+    entry point (tests). With ``uploads_dir``, the uploads of terminal jobs (``uploads_dir/<id>/``) are
+    deleted (see the module's retention rule).
     """
 
     def __init__(self, store: JobStore, trained_dir: str | os.PathLike[str], workers: int, node: str,
                  on_finished: Callable[[Job], None] | None = None, poll_seconds: float = 0.5,
-                 stale_seconds: float = 60.0, cancel_grace: float = 10.0, *, target: JobTarget | None = None) -> None:
+                 stale_seconds: float = 60.0, cancel_grace: float = 10.0, *, target: JobTarget | None = None,
+                 uploads_dir: str | os.PathLike[str] | None = None) -> None:
         if workers < 0:
             raise ValueError(f"workers must be >= 0, got {workers}")
         self.store = store
@@ -66,6 +72,7 @@ class Scheduler:
         self.stale_seconds = stale_seconds
         self.cancel_grace = cancel_grace
         self.target: JobTarget = target or run_job
+        self.uploads_dir = Path(uploads_dir) if uploads_dir is not None else None
         self.boot = new_boot()
         self.owner = owner_id(node, self.boot)
         self._context = multiprocessing.get_context("spawn")
@@ -88,6 +95,7 @@ class Scheduler:
         self._cursor = time.time()
         self._recover()
         self._remove_stray_temp_dirs()
+        self._remove_finished_uploads()
         self._thread = threading.Thread(target=self._loop, name=f"job-scheduler-{self.node}", daemon=True)
         self._thread.start()
         log.info("job scheduler %s started (%d worker(s))", self.owner, self.workers)
@@ -159,6 +167,7 @@ class Scheduler:
                 self._reported[job.id] = job.updated
             ended += elsewhere
         for job in ended:
+            self._remove_uploads(job.id)
             if self.on_finished is not None:
                 try:
                     self.on_finished(job)
@@ -256,4 +265,20 @@ class Scheduler:
         running = [temp_prefix(job.id) for job in self.store.list(limit=1_000_000, status="running")]
         for path in self.trained_dir.iterdir():
             if path.name.startswith(TEMP_PREFIX) and not any(path.name.startswith(p) for p in running):
+                shutil.rmtree(path, ignore_errors=True)
+
+    # -- uploads --------------------------------------------------------------------------------
+    def _remove_uploads(self, job_id: str) -> None:
+        """Delete the uploads of a job that has ended (it never runs again)."""
+        if self.uploads_dir is not None:
+            shutil.rmtree(self.uploads_dir / job_id, ignore_errors=True)
+
+    def _remove_finished_uploads(self) -> None:
+        """At start-up: the uploads of jobs that are already terminal (ended while no scheduler watched, or
+        before this rule). A directory without a job (an upload still being received) is left alone."""
+        if self.uploads_dir is None or not self.uploads_dir.is_dir():
+            return
+        for path in self.uploads_dir.iterdir():
+            job = self.store.get(path.name)
+            if job is not None and job.finished:
                 shutil.rmtree(path, ignore_errors=True)

@@ -262,8 +262,8 @@ class JobStore:
             if job.finished:
                 raise JobFinished(job)
             if job.status == "queued":
-                db.execute("UPDATE jobs SET status = 'cancelled', cancel_requested = 1, updated = ? WHERE id = ?",
-                           (now, job_id))
+                db.execute("UPDATE jobs SET status = 'cancelled', cancel_requested = 1, stage = 'cancelled', "
+                           "updated = ? WHERE id = ?", (now, job_id))
             else:
                 db.execute("UPDATE jobs SET cancel_requested = 1, stage = 'cancelling', updated = ? WHERE id = ?",
                            (now, job_id))
@@ -304,7 +304,8 @@ class JobStore:
     def finish(self, job_id: str, owner: str, status: str, metrics: dict[str, Any] | None = None,
                model: dict[str, Any] | None = None, error: str | None = None) -> bool:
         """End a running job of ``owner`` with a terminal ``status``; False (and nothing written) if the
-        job is not running under ``owner`` any more."""
+        job is not running under ``owner`` any more. The stage becomes ``done`` or ``cancelled`` (a failed
+        job keeps the stage it failed in)."""
         if status not in TERMINAL:
             raise ValueError(f"not a final status: {status!r}")
         with self._write() as db:
@@ -312,7 +313,7 @@ class JobStore:
             return db.execute(
                 "UPDATE jobs SET status = ?, metrics = ?, model = ?, error = ?, updated = ?, heartbeat = ?, "
                 "progress = CASE WHEN ? = 'succeeded' THEN 1.0 ELSE progress END, "
-                "stage = CASE WHEN ? = 'succeeded' THEN 'done' ELSE stage END "
+                "stage = CASE ? WHEN 'succeeded' THEN 'done' WHEN 'cancelled' THEN 'cancelled' ELSE stage END "
                 "WHERE id = ? AND status = 'running' AND owner = ?",
                 (status, _json(metrics), _json(model), error, now, now, status, status, job_id, owner),
             ).rowcount == 1
