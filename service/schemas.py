@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from annotated_types import Ge, Le
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, model_validator
 
 from engine.inference.settings import method_settings
@@ -42,18 +43,21 @@ class InferenceOptions(BaseModel):
         "propagation (Smith & Eisner 2008) over every factor; relaxed: Riedel & Smith 2010 Algorithm 1, BP over "
         "the higher-order factors whose gain exceeds epsilon, with the bound eta of what was left out. "
         "Default: exact for first-order models, bp for higher-order ones.")
-    iterations: Integer | None = Field(
-        None, ge=_BP["iterations"].spec.minimum, description="BP iterations (bp; relaxed: at most this many per "
+    # an optional integer's bounds go on the int, before the validator: on the union (or after the validator) they
+    # would reach the schema as "ge" instead of JSON Schema's "minimum"
+    iterations: Annotated[int, Ge(_BP["iterations"].spec.minimum), BeforeValidator(_integral)] | None = Field(
+        None, description="BP iterations (bp; relaxed: at most this many per "
         f"round). Default: the model's, else {_BP['iterations'].default} for bp and "
         f"{_RELAXED['iterations'].default} per round for relaxed")
     epsilon: float | None = Field(None, ge=_RELAXED["epsilon"].spec.minimum, allow_inf_nan=False,
                                   description="gain threshold of relaxed inference (default: the model's, else "
                                   f"{_RELAXED['epsilon'].default:g})")
-    rounds: Integer | None = Field(None, ge=_RELAXED["rounds"].spec.minimum, description="relaxed: at most this many "
+    rounds: Annotated[int, Ge(_RELAXED["rounds"].spec.minimum), BeforeValidator(_integral)] | None = Field(
+        None, description="relaxed: at most this many "
                                "rounds of adding factors (default: the model's, else until no factor's gain "
                                "exceeds epsilon; null: no limit)")
-    tag_samples: Integer | None = Field(
-        None, ge=0, le=MAX_TAG_SAMPLES, description="sentences tagged by the model: average the arc "
+    tag_samples: Annotated[int, Ge(0), Le(MAX_TAG_SAMPLES), BeforeValidator(_integral)] | None = Field(
+        None, description="sentences tagged by the model: average the arc "
         "marginals and the label distributions over the best tags and this many tag sequences drawn from the "
         "tagger's posterior (head and label probabilities that account for tagging uncertainty; one more parse "
         "per distinct sequence; /parse and "
@@ -103,7 +107,8 @@ class KBestRequest(ParseRequest):
 
 class SampleRequest(ParseRequest):
     n: Integer = Field(10, ge=1, le=1000, description="number of sampled trees per sentence")
-    seed: Integer | None = Field(None, ge=0, le=2**32 - 1, description="seed for reproducible samples")
+    seed: Annotated[int, Ge(0), Le(2**32 - 1), BeforeValidator(_integral)] | None = Field(
+        None, description="seed for reproducible samples")
 
 
 class ModelRef(BaseModel):

@@ -184,3 +184,26 @@ def test_405_allows_every_method_of_the_path(live_url: str) -> None:
             assert method == "HEAD" or r.headers["content-type"] == "application/problem+json"
         for method in allowed:  # and each listed method is answered (whatever the status), not 405
             assert httpx.request(method, live_url + path, timeout=60).status_code != 405, (method, path)
+
+
+def test_openapi_bounds_are_json_schema_keywords(tmp_path: pytest.TempPathFactory) -> None:
+    """Every bound reaches the document as JSON Schema's minimum/maximum: pydantic writes a bound it cannot
+    place on the type (an optional field, or one behind a validator) as "ge"/"le", which no client reads."""
+    from service_helpers import settings as make_settings
+
+    from service.app import create_app
+
+    document = create_app(make_settings(tmp_path)).openapi()  # type: ignore[arg-type]
+    stray: list[str] = []
+
+    def walk(node: object, path: str) -> None:
+        if isinstance(node, dict):
+            stray.extend(f"{path}.{key}" for key in ("ge", "le", "gt", "lt") if key in node)
+            for key, value in node.items():
+                walk(value, f"{path}.{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{path}[{i}]")
+
+    walk(document, "openapi")
+    assert stray == []
