@@ -2,7 +2,7 @@
 
 ``scores[b, h, m] = sum_k weights[features[b, h, m, k]]`` (``engine.scoring.potentials.arc_scores``) needs
 the feature indices ``(B, n+1, n+1, K)`` of ``engine.features.extract.FeatureExtractor.extract`` first: for
-the shipped model K = 393 slots per arc, 289 of them "between" features (Mcdonald et al. 2005, Table 1:
+the shipped model K = 393 slots per arc, 289 of them "between" features (McDonald et al. 2005, Table 1:
 one per UPOS tag lying between head and dependent), most of them the null feature because the tag is
 absent. Inference never needs the indices, only their weights' sums, so this module computes the same
 hashes (``engine.hashing.mix``, bucket ``1 + code % (dim - 1)``) arc by arc in a numba kernel and
