@@ -408,9 +408,11 @@ def cmd_score(args: argparse.Namespace) -> int:
     gold, pred = read_conllu(args.gold), read_conllu(args.pred)
     if len(gold) != len(pred) or any(g.forms != p.forms for g, p in zip(gold, pred, strict=False)):
         raise ConlluError(args.pred, 1, f"does not have the same sentences and words as {args.gold}")
+    pred_heads: list[np.ndarray] = []
     for p in pred:
         if p.heads is None:
             raise ConlluError(args.pred, p.start_line, "sentence has no predicted HEAD values")
+        pred_heads.append(p.heads)
 
     def head_prob(misc: str) -> float:
         for item in misc.split("|"):
@@ -418,7 +420,7 @@ def cmd_score(args: argparse.Namespace) -> int:
                 return float(item.split("=", 1)[1])
         return 1.0
 
-    scores = attachment_scores(gold, [p.heads for p in pred], [p.deprels for p in pred],
+    scores = attachment_scores(gold, pred_heads, [p.deprels for p in pred],
                                [np.array([head_prob(m) for m in p.misc]) for p in pred])
     print(json.dumps(scores) if args.json else "\n".join(f"{k:>14}: {v}" for k, v in scores.items()))
     return 0

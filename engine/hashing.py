@@ -50,7 +50,7 @@ def hash_strings(texts: list[str]) -> np.ndarray:
         return np.array([hash_string(t) for t in texts], dtype=np.uint64).reshape(len(texts))
 
 
-def mix(x: np.ndarray, y: np.ndarray | np.uint64) -> np.ndarray:
+def mix(x: np.ndarray | np.uint64, y: np.ndarray | np.uint64) -> np.ndarray:
     """Combine two uint64 codes (broadcasting) into one; order-sensitive, well spread."""
     with np.errstate(over="ignore"):
         z = (x ^ y) * _MUL

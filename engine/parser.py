@@ -71,12 +71,13 @@ class FirstOrderParser:
                 dist = TreeDistribution.with_marginals(scores[j], self.constraint, "exact", float(log_z[j]), marg[j])
                 out[i] = ParsedSentence(heads, marg[j][heads[1:], m], marg[j], float(log_z[j]), deprels, label_probs,
                                         None, dist)
-        if labels and out:  # every sentence's labels in one pass (label_many)
-            for p, (deprels, probs) in zip(out, label_many(self.labeler, sentences, [p.heads for p in out]),
+        parsed = [p for p in out if p is not None]
+        assert len(parsed) == len(out)  # every sentence is in exactly one batch
+        if labels and parsed:  # every sentence's labels in one pass (label_many)
+            for p, (deprels, probs) in zip(parsed, label_many(self.labeler, sentences, [p.heads for p in parsed]),
                                            strict=True):
-                assert p is not None
                 p.deprels, p.label_probs = deprels, probs
-        return out  # type: ignore[return-value]
+        return parsed
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None,

@@ -25,7 +25,8 @@ _UPOS = frozenset((*UPOS_TAGS, "_"))
 
 
 def _invalid(detail: str, field: str, **where: int) -> ProblemError:
-    return ProblemError(422, "Invalid input", detail, kind="invalid-input", field=field, **where)
+    return ProblemError(422, "Invalid input", detail, kind="invalid-input", field=field, headers=None,
+                        **where)
 
 
 def _check_words(words: list[str], field: str, i: int) -> None:

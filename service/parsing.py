@@ -165,7 +165,8 @@ def trees_json(sentences: list[Sentence], parsed: list[ParsedSentence], *, k: in
             trees = dist.kbest(k)
         else:
             trees = dist.sample(n or 1, None if seed is None else seed + i)
-        items = [{"heads": [int(h) for h in heads[1:]], "log_prob": float(lp)} for lp, heads in trees]
+        items: list[dict[str, Any]] = [{"heads": [int(h) for h in heads[1:]], "log_prob": float(lp)}
+                                       for lp, heads in trees]
         if any(not math.isfinite(t["log_prob"]) for t in items):
             raise ProblemError(500, "Numerical failure", "a tree's log-probability was not finite",
                                kind="numerical-failure")

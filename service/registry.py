@@ -158,15 +158,15 @@ class ModelRegistry:
                     entry.shipped = True
                     with self._lock:
                         self._models.setdefault(path.name, {})[entry.version] = entry
-        for alias, target in aliases:
+        for alias, target_name in aliases:
             with self._lock:
-                versions = self._models.get(target)
+                versions = self._models.get(target_name)
                 if not versions:
-                    log.error("alias %s -> %s: target not loaded", alias, target)
+                    log.error("alias %s -> %s: target not loaded", alias, target_name)
                     continue
                 src = versions[max(versions)]
                 self._models[alias] = {src.version: ModelEntry(alias, src.version, src.path, src.pipeline,
-                                                               src.manifest, alias_of=target, shipped=True,
+                                                               src.manifest, alias_of=target_name, shipped=True,
                                                                max_tag_samples=self.max_tag_samples)}
 
     def refresh(self) -> list[ModelEntry]:

@@ -14,7 +14,7 @@ def length_batches(lengths: Sequence[int], max_batch: int, max_arcs: int = 1 << 
     groups: dict[int, list[int]] = defaultdict(list)
     for i, n in enumerate(lengths):
         groups[int(n)].append(i)
-    out = []
+    out: list[np.ndarray] = []
     for n, idx in groups.items():
         size = max(1, min(max_batch, max_arcs // ((n + 1) ** 2)))
         out.extend(np.array(idx[i : i + size]) for i in range(0, len(idx), size))

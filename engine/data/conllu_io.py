@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 import re
 import secrets
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
 import numpy as np
 from conllu import parse_token_and_metadata
@@ -36,7 +36,7 @@ def _raw(cols: list[str], i: int) -> str:
 
 
 # Identity parsers for every field (and the library's aliases, so it never mutates this dict).
-_RAW_PARSERS = {f: _raw for f in (*DEFAULT_FIELDS, "upostag", "xpostag")}
+_RAW_PARSERS: dict[str, Callable[[list[str], int], Any]] = {f: _raw for f in (*DEFAULT_FIELDS, "upostag", "xpostag")}
 
 
 class ConlluError(ValueError):
@@ -79,10 +79,10 @@ def _token_columns(lines: list[str]) -> list[list[str]]:
     try:
         tokens = parse_token_and_metadata("\n".join(lines), fields=DEFAULT_FIELDS, field_parsers=_RAW_PARSERS)
     except ParseException:  # a line without tab or double space, or no lines: let validation report it
-        tokens = []
+        return [line.split("\t") for line in lines]
     if len(tokens) != len(lines):
         return [line.split("\t") for line in lines]
-    out = []
+    out: list[list[str]] = []
     for line, token in zip(lines, tokens, strict=True):
         cols = list(token.values())
         out.append(cols if "\t".join(cols) == line else line.split("\t"))

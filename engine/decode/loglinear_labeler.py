@@ -45,7 +45,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 from scipy import sparse
@@ -148,6 +148,18 @@ _SHIFT = np.uint64(32)
 @lru_cache(maxsize=1 << 16)
 def _is_punct(word: str) -> bool:
     return not any(c.isalnum() for c in word)
+
+
+class _FitSettings(TypedDict):
+    """The training settings ``LogLinearLabeler._fit`` takes by keyword (one stage of ``fit``)."""
+
+    epochs: int
+    seed: int
+    progress: bool
+    buckets: int
+    learning_rate: float
+    l2: float
+    batch_size: int
 
 
 @dataclass
@@ -534,17 +546,18 @@ class LogLinearLabeler:
             raise ValueError("no training sentences with heads")
         if group < 1 or len(train) % group:
             raise ValueError(f"{len(train)} training sentences do not form runs of {group}")
-        settings = {"epochs": epochs, "seed": seed, "progress": progress, "buckets": buckets,
-                    "learning_rate": learning_rate, "l2": l2, "batch_size": batch_size}
+        settings: _FitSettings = {"epochs": epochs, "seed": seed, "progress": progress, "buckets": buckets,
+                                  "learning_rate": learning_rate, "l2": l2, "batch_size": batch_size}
         first = cls._fit(train, dev, templates, **settings)
         if folds < 2 or len(train) < folds * group:
             return first
         start = time.perf_counter()
 
         held_out: list[list[str]] = []
+        fold_settings = settings.copy()
+        fold_settings["epochs"] = first.info["best_epoch"]  # each fold's first stage: the chosen epochs
         for k, (lo, hi) in enumerate((group * a, group * b) for a, b in fold_bounds(len(train) // group, folds)):
-            part = cls._fit([*train[:lo], *train[hi:]], None, templates,
-                            **{**settings, "epochs": first.info["best_epoch"]})
+            part = cls._fit([*train[:lo], *train[hi:]], None, templates, **fold_settings)
             held_out.extend(labels for labels, _ in part.predict_batch(train[lo:hi], [s.heads for s in train[lo:hi]]))
             log.info("labeller stacking: fold %d/%d labelled (%.1f s)", k + 1, folds, time.perf_counter() - start)
         second = cls._fit(train, dev, [*templates, *context_templates], context=first, train_context=held_out,

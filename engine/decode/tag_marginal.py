@@ -118,9 +118,9 @@ def parse_over_tag_samples(
         copy_parses = list((parse_unlabelled or parse)([retagged(sentences[i], tags) for i, tags, _ in copies])
                            if copies else [])
     total = [p.marginals * w for p, w in zip(parsed, best_weight, strict=True)]
-    for (i, _, c), p in zip(copies, copy_parses, strict=True):
-        assert p is not None
-        total[i] += c * p.marginals
+    for (i, _, c), cp in zip(copies, copy_parses, strict=True):
+        assert cp is not None
+        total[i] += c * cp.marginals
     out: list[ParsedSentence | None] = []
     trees: dict[int, np.ndarray] = {}
     jobs: list[tuple[int, Any, np.ndarray, int]] = []  # (sentence, its copy under one tag sequence, tree, count)
@@ -134,14 +134,14 @@ def parse_over_tag_samples(
     label_sums: dict[int, np.ndarray] = {}
     if jobs and getattr(labeler, "labels", None):
         dists = label_distributions(labeler, [s for _, s, _, _ in jobs], [h for _, _, h, _ in jobs])
-        for (i, _, _, n), p in zip(jobs, dists, strict=True):
-            label_sums[i] = label_sums.get(i, 0.0) + n * p
+        for (i, _, _, n), dist in zip(jobs, dists, strict=True):
+            label_sums[i] = label_sums.get(i, 0.0) + n * dist
     for i, heads in trees.items():
         c = count[i]
         if i in label_sums:
-            p = label_sums[i] / c
-            best = p.argmax(axis=1)
-            deprels, label_probs = [labeler.labels[j] for j in best], p[np.arange(len(best)), best]
+            avg = label_sums[i] / c
+            best = avg.argmax(axis=1)
+            deprels, label_probs = [labeler.labels[j] for j in best], avg[np.arange(len(best)), best]
         else:  # a labeller without labels: nothing to average
             deprels, label_probs = label_arcs(labeler, sentences[i], heads)
         marginals = total[i] / c

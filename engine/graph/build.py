@@ -10,7 +10,7 @@ their gold values.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -152,7 +152,7 @@ def build_graph(
     valid: np.ndarray,
     link_scores: np.ndarray,
     weights: np.ndarray,
-    templates: dict[str, Sequence[TripleTemplate]],
+    templates: Mapping[str, Sequence[TripleTemplate]],
     *,
     constraint: str = "tree",
     single_root: bool = True,

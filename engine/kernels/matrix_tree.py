@@ -140,7 +140,7 @@ def _lu_one(k: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     None where the LU path cannot be trusted, by the tests of ``_solve``: a singular K or det K <= 0, or a
     reciprocal condition number ``1 / (||K||_1 ||K^-1||_1)`` at most ``_MIN_RCOND`` (the norms by LAPACK
     ``dlange``: ||K||_1 is K^T's largest absolute row sum, ||K^-1||_1 is G's)."""
-    norm = lapack.dlange("I", k.T)  # before the LU overwrites K
+    norm = lapack.dlange("I", k.T)  # type: ignore[call-arg]  # scipy-stubs types dlange with one argument
     lu, piv, info = lapack.dgetrf(k.T, overwrite_a=True)
     if info != 0:  # an exactly zero pivot: singular
         return None
@@ -149,7 +149,7 @@ def _lu_one(k: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     if np.signbit(np.multiply.reduce(u)) != bool(np.count_nonzero(piv != np.arange(len(piv))) % 2):
         return None
     g, info = lapack.dgetri(lu, piv, overwrite_lu=True)
-    rcond = 1.0 / (norm * lapack.dlange("I", g))
+    rcond = 1.0 / (norm * lapack.dlange("I", g))  # type: ignore[call-arg]  # (norm, a) as above
     if info != 0 or not rcond > _MIN_RCOND:  # also catches NaN
         return None
     return g, u

@@ -205,16 +205,16 @@ def _nonprojective(s: np.ndarray, num: int, single_root: bool, rng: np.random.Ge
     with np.errstate(invalid="ignore"):
         wts = np.exp(walk - walk.max(axis=0, keepdims=True))  # column m: weights of the heads of m
         prob = np.nan_to_num(wts / wts.sum(axis=0, keepdims=True)).T  # prob[m, h]: step m -> h
-    heads_of = [np.flatnonzero(row > 0) for row in prob]  # per word: its possible heads ...
-    cums = [np.cumsum(row[c]) for row, c in zip(prob, heads_of, strict=True)]
+    candidates = [np.flatnonzero(row > 0) for row in prob]  # per word: its possible heads ...
+    cums = [np.cumsum(row[c]) for row, c in zip(prob, candidates, strict=True)]
     cdfs = [(c / c[-1]).tolist() if c.size else [] for c in cums]  # ... and their CDF, ending at 1.0
-    heads_of = [c.tolist() for c in heads_of]
+    heads_of: list[list[int]] = [c.tolist() for c in candidates]
     uniq = np.unique(roots)
     q = np.repeat(prob[None, 1:, 1:], uniq.size, axis=0)  # transient states: the words
     if single_root:
         q[np.arange(uniq.size), uniq - 1] = 0.0  # the root child absorbs
-    steps, h_max = _walk_cost(q)
-    use = steps <= _STEP_BUDGET * n * n + 1000
+    walk_steps, h_max = _walk_cost(q)
+    use = walk_steps <= _STEP_BUDGET * n * n + 1000
     caps = {int(r): int(_CAP_FACTOR * n * h_max[i]) + n + 1 for i, r in enumerate(uniq) if use[i]}
     heads = np.full((num, n + 1), -1, dtype=np.int64)
     todo = [i for i in range(num) if int(roots[i]) not in caps]

@@ -250,7 +250,7 @@ class ArcScorer:
         diff = (heads != heads[ref]).any(axis=2) | (deps != deps[ref]).any(axis=2)
         dir_codes, dist_codes = _context_codes(n)
         modulus = np.uint64(self.extractor.dim - 1)
-        out = []
+        out: list[np.ndarray] = []
         for table in self.tables:
             part = np.empty((table.shape[1], len(sentences), n + 1, n + 1))
             _scores_kernel(heads, deps, self.contexts, self.between, dir_codes, dist_codes, tags, self.tag_codes,

@@ -651,12 +651,12 @@ class Tagger:
     # -- persistence ----------------------------------------------------------------------------------------
     def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """JSON metadata and named arrays (see the component contract)."""
-        meta = {
+        meta: dict[str, Any] = {
             "format": STATE_FORMAT, "version": STATE_VERSION, "features": _feature_spec(),
             "upos_labels": list(self.upos_labels), "xpos_labels": list(self.xpos_labels),
             "training": self.training,
         }
-        arrays = {
+        arrays: dict[str, np.ndarray] = {
             "features": self.features.astype(np.uint64),
             "states": self.crf.states.astype(np.int64),
             "upos_emission": self.crf.upos_emission.astype(np.float32),

@@ -40,7 +40,7 @@ def average_parsers(directories: list[str | os.PathLike[str]]) -> FirstOrderPars
         parser = load_any(directories[0], load_model(directories[0]))
         parser.manifest = {k: v for k, v in parser.manifest.items() if k not in ("metrics", "components")}
         return parser
-    parsers = []
+    parsers: list[FirstOrderParser | BPParser] = []
     for directory in directories:
         parser = load_any(directory, load_model(directory))
         if parsers:
@@ -63,7 +63,7 @@ def _check_compatible(a_dir: str | os.PathLike[str], a: Any, b_dir: str | os.Pat
     if a.weights.shape != b.weights.shape:
         raise ModelError(f"{b_dir} has {b.weights.shape} weights but {a_dir} {a.weights.shape}")
     pa, pb = getattr(a, "pruner", None), getattr(b, "pruner", None)
-    if (pa is None) != (pb is None) or (pa is not None and not np.array_equal(pa, pb)):
+    if (pa is None) != (pb is None) or (pa is not None and pb is not None and not np.array_equal(pa, pb)):
         raise ModelError(f"{b_dir} and {a_dir} have different first-order pruners: train them with the same "
                          "--pruner to average them")
 

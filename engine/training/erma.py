@@ -103,8 +103,7 @@ def tree_log_likelihood(graph: SentenceGraph, result: BPResult,
     factor's final incoming messages: exact for a TREE/PTREE + LINK graph (r = theta after one
     iteration), where its gradient through BP is the CLL gradient (Gormley et al. §5.2, Stoyanov et
     al. 2011); it ignores higher-order factors. Returns (value, d/d r, direct d/d theta_link)."""
-    tree_pos = next(i for i, f in enumerate(graph.families) if isinstance(f, Tree))
-    tree = graph.families[tree_pos]
+    tree_pos, tree = next((i, f) for i, f in enumerate(graph.families) if isinstance(f, Tree))
     log_z, mu = tree.marginals(result.incoming[tree_pos])
     y = gold_indicators(gold_heads)
     value = float(log_z - (graph.link.theta * y).sum())
@@ -122,7 +121,8 @@ def bp_gradient_terms(graph: SentenceGraph, gold_heads: np.ndarray, bp: BPConfig
         return surrogate_gradient_terms(graph, gold_heads, bp)
     result, tape = bp_forward(graph.families, graph.valid, bp)
     y = gold_indicators(gold_heads)
-    grad_incoming, direct = None, 0.0
+    grad_incoming: dict[int, tuple[np.ndarray, ...]] | None = None
+    direct: float | np.ndarray = 0.0
     tree_pos = 0
     if objective == "l2":
         value, g_b = l2_distance(result.beliefs, y, graph.valid)
@@ -139,8 +139,8 @@ def bp_gradient_terms(graph: SentenceGraph, gold_heads: np.ndarray, bp: BPConfig
     pos = {id(f): i for i, f in enumerate(graph.families)}
     feats = graph.link_features
     assert feats is not None, "the graph was built without its first-order features"
-    g_link = thetas[pos[id(graph.link)]]
-    g_link = (0.0 if g_link is None else g_link) + direct
+    g_theta = thetas[pos[id(graph.link)]]
+    g_link = (0.0 if g_theta is None else g_theta) + direct
     valid = graph.valid
     idx = [feats[valid].reshape(-1)]
     val = [np.repeat(np.broadcast_to(g_link, valid.shape)[valid], feats.shape[-1])]

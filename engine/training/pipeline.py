@@ -192,6 +192,7 @@ def train_model(
         first = FirstOrderParser(extractor, np.zeros(options.dim), constraint, labeler, {})
 
         def dev_uas_first(weights: np.ndarray) -> float:
+            assert dev is not None  # passed to the trainers only with a dev set
             first.weights = weights
             return attachment(dev, first.parse(dev))["uas"]
 
@@ -222,6 +223,7 @@ def train_model(
         inference = bp if options.objective != "cll" else BPConfig()  # BP's defaults for the others
 
         def dev_uas(weights: np.ndarray) -> float:
+            assert dev is not None  # passed to the trainers only with a dev set
             saved, model.weights = model.weights, weights
             try:
                 return attachment(dev, model.parse(dev, inference))["uas"]
@@ -276,6 +278,7 @@ def train_model(
             dev_scores["tag_samples"] = options.tag_samples
     extra = extra_manifest() if callable(extra_manifest) else extra_manifest
     if dev_scores is not None and dev_gold is not dev:
+        assert dev is not None and dev_gold is not None  # dev_scores: there is a dev set
         dev_scores["upos"] = tag_accuracy(dev_gold, dev)
     report("saving")
 

@@ -128,16 +128,19 @@ def _train(store: JobStore, job: Job, root: Path, tmp: Path, owner: str, parent:
     from service.jobs.config import JobConfig
 
     if train is None:
-        from engine.training.pipeline import train_model as train
+        from engine.training.pipeline import train_model
+
+        train = train_model
     config = JobConfig.model_validate(job.config)
-    last = {"stage": "", "time": 0.0}
+    last_stage, last_time = "", 0.0
 
     def check(fraction: float, stage: str, force: bool = False) -> None:
+        nonlocal last_stage, last_time
         if os.getppid() != parent:
             raise _Stop("failed", STOPPED_ERROR)
         now = time.monotonic()
-        if force or stage != last["stage"] or now - last["time"] >= PROGRESS_INTERVAL:
-            last["stage"], last["time"] = stage, now
+        if force or stage != last_stage or now - last_time >= PROGRESS_INTERVAL:
+            last_stage, last_time = stage, now
             if store.set_progress(job.id, owner, fraction, stage):
                 current = store.get(job.id)
                 if current is not None and current.cancel_requested:

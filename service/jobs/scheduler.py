@@ -58,7 +58,7 @@ class Scheduler:
     """
 
     def __init__(self, store: JobStore, trained_dir: str | os.PathLike[str], workers: int, node: str,
-                 on_finished: Callable[[Job], None] | None = None, poll_seconds: float = 0.5,
+                 on_finished: Callable[[Job], object] | None = None, poll_seconds: float = 0.5,
                  stale_seconds: float = 60.0, cancel_grace: float = 10.0, *, target: JobTarget | None = None,
                  uploads_dir: str | os.PathLike[str] | None = None) -> None:
         if workers < 0:

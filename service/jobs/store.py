@@ -12,8 +12,10 @@ service marked it failed, or it was cancelled) can never overwrite the result.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
+import os
 import re
 import sqlite3
 import time
@@ -152,7 +154,7 @@ class Job:
 class JobStore:
     """Training jobs in the SQLite database at ``path`` (created with its tables if absent)."""
 
-    def __init__(self, path: str | Path, timeout: float = 30.0) -> None:
+    def __init__(self, path: str | os.PathLike[str], timeout: float = 30.0) -> None:
         self.path = Path(path)
         self.timeout = timeout
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -199,11 +201,11 @@ class JobStore:
             if idempotency_key is not None:
                 row = db.execute("SELECT * FROM jobs WHERE idempotency_key = ?", (idempotency_key,)).fetchone()
                 if row is not None:
-                    job = Job.from_row(row)
-                    if job.request_hash != request_hash:
+                    earlier = Job.from_row(row)
+                    if earlier.request_hash != request_hash:
                         raise IdempotencyConflict(f"Idempotency-Key {idempotency_key!r} was already used for a "
                                                   "different request")
-                    return job, False
+                    return earlier, False
             db.execute(
                 "INSERT INTO jobs (id, status, progress, config, train_path, dev_path, idempotency_key, "
                 "request_hash, created, updated) VALUES (?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?)",
@@ -223,9 +225,10 @@ class JobStore:
             row = db.execute("SELECT * FROM jobs WHERE idempotency_key = ?", (idempotency_key,)).fetchone()
             return Job.from_row(row) if row is not None else None
 
-    def list(self, limit: int = 100, status: str | None = None) -> list[Job]:
+    def list(self, limit: int = 100, status: str | None = None) -> builtins.list[Job]:
         """The most recent jobs first (optionally only those with ``status``)."""
-        query, args = "SELECT * FROM jobs", []
+        query = "SELECT * FROM jobs"
+        args: builtins.list[str | int] = []
         if status is not None:
             query += " WHERE status = ?"
             args.append(status)
@@ -234,7 +237,7 @@ class JobStore:
         with self._connect() as db:
             return [Job.from_row(r) for r in db.execute(query, args).fetchall()]
 
-    def finished_since(self, since: float) -> list[Job]:
+    def finished_since(self, since: float) -> builtins.list[Job]:
         """Jobs that ended (succeeded, failed or cancelled) and were last updated after ``since`` (a
         ``time.time()`` value), oldest first. Timestamps are taken inside the write transaction, so a
         job committed after a call is never stamped much earlier than that call."""
@@ -335,7 +338,7 @@ class JobStore:
                        "ON CONFLICT (name) DO UPDATE SET last = excluded.last", (name, version))
         return version
 
-    def recover(self, node: str | None, boot: int, stale_seconds: float = 60.0) -> list[str]:
+    def recover(self, node: str | None, boot: int, stale_seconds: float = 60.0) -> builtins.list[str]:
         """Fail the running jobs whose runner is gone: those owned by an earlier boot of ``node`` (None:
         skip this rule), and those whose heartbeat is older than ``stale_seconds``. Returns their ids."""
         recovered = []

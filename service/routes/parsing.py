@@ -153,10 +153,12 @@ async def marginals_get(
 ) -> JSONResponse:
     """The same as ``POST /marginals`` for one sentence given in the query string."""
     try:
-        req = ParseRequest(text=text, tokens=[tokens] if tokens is not None else None,
-                           tags=[tags] if tags is not None else None, xpos=[xpos] if xpos is not None else None,
-                           model=model, inference={k: v for k, v in (("method", method), ("iterations", iterations),
-                                                                     ("tag_samples", tag_samples)) if v is not None})
+        # validated as a whole, as the body of POST /marginals is (the inference options arrive as a dict)
+        req = ParseRequest.model_validate({
+            "text": text, "tokens": [tokens] if tokens is not None else None,
+            "tags": [tags] if tags is not None else None, "xpos": [xpos] if xpos is not None else None,
+            "model": model, "inference": {k: v for k, v in (("method", method), ("iterations", iterations),
+                                                            ("tag_samples", tag_samples)) if v is not None}})
     except ValidationError as e:
         raise RequestValidationError([{**err, "loc": ("query", *err["loc"])} for err in e.errors()]) from e
     return JSONResponse(await _run(state, request, req, parsing.marginals_json, tag_samples_ok=True))
