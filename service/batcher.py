@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -33,6 +34,8 @@ from anyio import to_thread
 
 Runner = Callable[[list[Any]], list[Any]]
 
+
+log = logging.getLogger("service.batcher")
 
 class ShuttingDown(Exception):
     """The outcome of a ticket still queued when the batcher stops."""
@@ -134,9 +137,14 @@ class Batcher:
 
     async def _work(self) -> None:
         while True:
-            batch = await self._next_batch()
-            if batch:
-                await self._execute(batch)
+            try:
+                batch = await self._next_batch()
+                if batch:
+                    await self._execute(batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a worker that died would leave every later request waiting: log and go on
+                log.exception("batcher worker failed; it carries on with the next batch")
 
     async def _next_batch(self) -> list[Ticket]:
         """Wait until the oldest ticket's batch is due (full, or waited long enough), then take it."""
@@ -192,12 +200,15 @@ class Batcher:
             ticket.end()
 
     def _unqueue(self, ticket: Ticket) -> None:
+        """Take ``ticket`` off the queue; a key's word count lives exactly as long as it has tickets queued (a
+        request may count 0 words, e.g. an empty sentence that its check will refuse: the count reaching 0
+        does not mean the key's last ticket has gone)."""
         self._queue.remove(ticket)
-        left = self._queued_words[ticket.key] - ticket.words
-        if left:
+        left = self._queued_words.get(ticket.key, 0) - ticket.words
+        if any(t.key == ticket.key for t in self._queue):
             self._queued_words[ticket.key] = left
         else:
-            del self._queued_words[ticket.key]
+            self._queued_words.pop(ticket.key, None)
 
     async def _execute(self, batch: list[Ticket]) -> None:
         """Run one batch on a thread and hand each ticket its outcome (a failure of the whole call goes to

@@ -157,3 +157,22 @@ def test_idle_workers_split_the_queue() -> None:
 
     run(scenario)
     assert sorted(runner.batches) == [["a", "b"], ["c", "d"], ["first"]]
+
+
+@pytest.mark.parametrize("order", [[2, 0], [0, 2], [2, 0, 2, 0], [0, 0]])
+def test_requests_of_zero_words_share_a_batch_without_stalling_it(order: list[int]) -> None:
+    """A request may count 0 words ({"tokens": [[]]}, refused later by its check). Queued with others of its key
+    it took the key's word count to 0 before its own turn: taking it off the queue then failed (KeyError),
+    the worker died and every later request waited forever."""
+    runner = Recorder()
+    batcher = Batcher(runner, workers=1, wait_s=0.01, max_words=100)
+
+    async def scenario() -> list[Any]:
+        tickets = await submit_all(batcher, [("k", f"p{i}", words) for i, words in enumerate(order)])
+        done = await asyncio.gather(*(t.future for t in tickets))
+        later = await batcher.submit("k", "next", 1)  # the worker is still alive
+        done.append(await later.future)
+        await batcher.stop()
+        return done
+
+    assert run(scenario) == [f"P{i}" for i in range(len(order))] + ["NEXT"]

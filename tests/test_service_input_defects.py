@@ -239,3 +239,4 @@ def test_hostile_requests_are_4xx_problems_naming_the_field(server: httpx.Client
                 assert doc.get("field") == field, (route, payload, doc)
         rss.append(_rss_kb(process.proc.pid))
     assert rss[-1] <= 1.1 * rss[0], rss  # no growth from round to round
+
