@@ -31,7 +31,7 @@ from engine.kernels.mbr import mbr_decode
 from engine.model.store import ModelError, StoredModel, half_precision, load_model, read_manifest, save_model
 from engine.parser import FirstOrderParser, load_common, model_manifest
 from engine.results import UNLABELLED, ParsedSentence, TreeDistribution
-from engine.scoring.fused import ArcScorer, stored_table
+from engine.scoring.fused import ArcScorer, narrowest_exact, stored_table
 from engine.scoring.potentials import arc_scores
 from engine.scoring.pruning import PruneConfig, prune_arcs
 
@@ -61,14 +61,7 @@ class BPParser:
         if self.weights.flags.writeable:
             return self.weights, self.extractor.dim
         if self._factor_block is None or self._factor_block[0] is not self.weights:
-            block = self.weights[self.extractor.dim:]
-            narrow = block
-            for dtype in (np.float16, np.float32):
-                with np.errstate(over="ignore"):
-                    cast = block.astype(dtype)
-                if np.array_equal(cast.astype(np.float64), block):
-                    narrow = cast
-                    break
+            narrow = narrowest_exact(self.weights[self.extractor.dim:])
             narrow.flags.writeable = False
             self._factor_block = (self.weights, narrow)
         return self._factor_block[1], 0

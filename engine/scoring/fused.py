@@ -174,6 +174,17 @@ def stored_table(stored: Sequence[np.ndarray], dim: int) -> np.ndarray | None:
     return None
 
 
+def narrowest_exact(values: np.ndarray) -> np.ndarray:
+    """``values`` in the narrowest float type that holds every one of them exactly (float16, float32, else as
+    they are): a smaller weight table keeps more of itself in cache, and the sums read from it are the same."""
+    for narrow in (np.float16, np.float32):
+        with np.errstate(over="ignore"):
+            cast = values.astype(narrow)
+        if np.array_equal(cast.astype(values.dtype), values):
+            return cast
+    return values
+
+
 def _weight_tables(weights: Sequence[np.ndarray], dim: int) -> list[np.ndarray]:
     """The weights as the kernel reads them. When every vector is read-only (a loaded model) the table is
     built once: interleaved (dim, W), so that one cache line serves every vector, in the narrowest type that
@@ -181,13 +192,8 @@ def _weight_tables(weights: Sequence[np.ndarray], dim: int) -> list[np.ndarray]:
     cache). Otherwise a (dim, 1) view of each vector (no copy; weights a trainer is changing stay live)."""
     if not all(not w.flags.writeable for w in weights):
         return [np.asarray(w[:dim], dtype=np.float64)[:, None] for w in weights]
-    table = np.stack([np.asarray(w[:dim], dtype=np.float64) for w in weights], axis=1)
-    for narrow in (np.float16, np.float32):
-        with np.errstate(over="ignore"):
-            cast = table.astype(narrow)
-        if np.array_equal(cast.astype(np.float64), table):
-            return [cast.view(np.uint16) if narrow == np.float16 else cast]
-    return [table]
+    table = narrowest_exact(np.stack([np.asarray(w[:dim], dtype=np.float64) for w in weights], axis=1))
+    return [table.view(np.uint16) if table.dtype == np.float16 else table]
 
 
 class ArcScorer:
