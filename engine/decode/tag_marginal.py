@@ -91,25 +91,14 @@ def parse_over_tag_samples(
         # one call for every sentence followed by its copies: the parser batches sentences of one length
         # together, a sentence next to its copies (which share the scoring of the arcs their tags leave alone,
         # engine.scoring.fused); only the marginals count, labels come from the averaged distributions
-        order: list[tuple[int, int]] = []  # (sentence, -1 for itself or the index of its copy in ``copies``)
-        items: list[Any] = []
-        at = 0
-        for i, sentence in enumerate(sentences):
-            order.append((i, -1))
-            items.append(sentence)
-            for _ in distinct[i]:
-                order.append((i, at))
-                items.append(retagged(sentence, copies[at][1]))
-                at += 1
-        results = parse_unlabelled(items)
-        parsed_at: list[ParsedSentence | None] = [None] * len(sentences)
-        copy_parses: list[ParsedSentence | None] = [None] * len(copies)
-        for (i, k), p in zip(order, results, strict=True):
-            if k < 0:
-                parsed_at[i] = p
-            else:
-                copy_parses[k] = p
-        parsed = [p for p in parsed_at if p is not None]
+        items = [c for i, sentence in enumerate(sentences)
+                 for c in (sentence, *(retagged(sentence, tags) for tags, _ in distinct[i]))]
+        results = iter(parse_unlabelled(items))
+        parsed: list[ParsedSentence] = []
+        copy_parses: list[ParsedSentence] = []
+        for d in distinct:  # the same order: a sentence, then its copies (``copies`` is in that order too)
+            parsed.append(next(results))
+            copy_parses.extend(next(results) for _ in d)
         for sentence, p, draws in zip(sentences, parsed, samples, strict=True):
             if not draws:  # keeps this parse as it is: labelled here as ``parse`` would have
                 p.deprels, p.label_probs = label_arcs(labeler, sentence, p.heads)
@@ -119,7 +108,6 @@ def parse_over_tag_samples(
                            if copies else [])
     total = [p.marginals * w for p, w in zip(parsed, best_weight, strict=True)]
     for (i, _, c), cp in zip(copies, copy_parses, strict=True):
-        assert cp is not None
         total[i] += c * cp.marginals
     out: list[ParsedSentence | None] = []
     trees: dict[int, np.ndarray] = {}
