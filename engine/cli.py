@@ -21,7 +21,7 @@ import numpy as np
 from engine.bp_parser import BPParser
 from engine.data.conllu_io import ConlluError, check_parsable, format_sentence, read_conllu, write_conllu
 from engine.decode.labeler import label_arcs
-from engine.decode.tag_marginal import parse_over_tag_samples
+from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TAG_AVERAGES, parse_over_tag_samples
 from engine.evaluation.metrics import attachment_scores, tag_accuracy
 from engine.evaluation.ud_align import evaluate_ud
 from engine.inference.bp import SCHEDULES
@@ -77,6 +77,11 @@ def _add_model_io(p: argparse.ArgumentParser) -> None:
                    "over the best tags and K tag sequences drawn from the tagger's posterior (up to K + 1 parses; "
                    "better calibrated head and label probabilities); default: the model's (manifest "
                    "inference.tag_samples, 0 if absent), 0 with --kbest, --samples or --constraint")
+    p.add_argument("--tag-average", choices=TAG_AVERAGES, default=None,
+                   help="with tag samples, what is averaged over the tag sequences: 'marginals' (a parse per "
+                   "distinct sequence; better calibrated) or 'potentials' (one parse per sentence over the "
+                   "factors' potentials averaged across the sequences; faster); default: the model's (manifest "
+                   f"inference.tag_average, else {DEFAULT_TAG_AVERAGE})")
 
 
 def _default(method: str, name: str) -> Any:
@@ -169,7 +174,8 @@ def _load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
                              "first-order models; use --inference bp")
         if args.constraint:
             raise UsageError("--constraint needs --inference bp")
-        return pipeline, lambda sentences, labels=True: model.parse(sentences, args.batch_size, labels)
+        return pipeline, lambda sentences, labels=True, mixtures=None: model.parse(sentences, args.batch_size, labels,
+                                                                                   mixtures)
     if not isinstance(model, BPParser):
         model = BPParser.from_first_order(model)
     model.decode_constraint = args.constraint
@@ -179,7 +185,8 @@ def _load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
         config = resolve(inference, pipeline.manifest, _given_settings(args))
     except ValueError as e:
         raise UsageError(f"--inference {inference}: {e}") from e
-    return pipeline, lambda sentences, labels=True: model.parse(sentences, config, args.batch_size, labels)
+    return pipeline, lambda sentences, labels=True, mixtures=None: model.parse(sentences, config, args.batch_size,
+                                                                               labels, mixtures)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -235,8 +242,10 @@ def _parse_tagged(args: argparse.Namespace, parse: Any, sentences: list[Any], dr
     """``parse(sentences)``, the marginals of the sentences with tag ``draws`` averaged over them as well
     (``engine.decode.tag_marginal``)."""
     parser = args.pipeline.parser
+    average = getattr(args, "tag_average", None) or args.pipeline.default_tag_average
     return parse_over_tag_samples(sentences, draws, parse, parser.constraint, parser.labeler,
-                                  lambda copies: parse(copies, labels=False))
+                                  lambda copies, mixtures=None: parse(copies, labels=False, mixtures=mixtures),
+                                  average=average)
 
 
 def _check_tag_samples(args: argparse.Namespace) -> None:

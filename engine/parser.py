@@ -18,6 +18,7 @@ import engine
 from engine.data.batching import length_batches
 from engine.decode.labeler import CountLabeler, label_many
 from engine.features.extract import FeatureExtractor, Tokens
+from engine.features.tag_mixture import TagMixture, mixed_rows, with_copies
 from engine.features.templates import ArcTemplate
 from engine.kernels.exact import TreeConstraint, exact_marginals
 from engine.kernels.mbr import mbr_decode
@@ -50,19 +51,27 @@ class FirstOrderParser:
     manifest: dict[str, Any]
     _scorer: ArcScorer | None = field(default=None, repr=False, compare=False)
 
-    def batches(self, sentences: Sequence[Tokens], batch_size: int = 64) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def batches(self, sentences: Sequence[Tokens], batch_size: int = 64,
+                mixtures: Sequence[TagMixture | None] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(sentence indices, arc scores (B, n+1, n+1)) for equal-length batches, straight from the tokens
-        (``engine.scoring.fused``; the values ``arc_scores(weights, extractor.extract(...))`` gives)."""
+        (``engine.scoring.fused``; the values ``arc_scores(weights, extractor.extract(...))`` gives);
+        ``mixtures[i]``: sentence ``i``'s scores are their weighted mean over those taggings."""
         if self._scorer is None or not self._scorer.serves([self.weights]):
             self._scorer = ArcScorer(self.extractor, [self.weights])
         for idx in length_batches([len(s.forms) for s in sentences], batch_size):
-            yield idx, self._scorer([sentences[i] for i in idx])[0]
+            chosen = [sentences[i] for i in idx]
+            if mixtures is None or all(mixtures[i] is None for i in idx):
+                yield idx, self._scorer(chosen)[0]
+                continue
+            mix = [mixtures[i] for i in idx]
+            yield idx, mixed_rows(self._scorer(with_copies(chosen, mix))[0], mix)
 
-    def parse(self, sentences: Sequence[Tokens], batch_size: int = 64, labels: bool = True) -> list[ParsedSentence]:
+    def parse(self, sentences: Sequence[Tokens], batch_size: int = 64, labels: bool = True,
+              mixtures: Sequence[TagMixture | None] | None = None) -> list[ParsedSentence]:
         """Parse sentences (each needs ``forms``, ``upos``, ``xpos``; at least one word); without ``labels``
-        the parses carry none (``UNLABELLED``)."""
+        the parses carry none (``UNLABELLED``); ``mixtures``: tag-averaged potentials (``batches``)."""
         out: list[ParsedSentence | None] = [None] * len(sentences)
-        for idx, scores in self.batches(sentences, batch_size):
+        for idx, scores in self.batches(sentences, batch_size, mixtures):
             log_z, marg = exact_marginals(scores, self.constraint)
             for j, i in enumerate(idx):
                 heads = mbr_decode(marg[j], self.constraint)

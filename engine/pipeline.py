@@ -26,7 +26,7 @@ import numpy as np
 
 from engine.bp_parser import BPParser, load_any
 from engine.data.conllu_io import Sentence, read_conllu
-from engine.decode.tag_marginal import TagSequence
+from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TagSequence, check_tag_average
 from engine.inference.settings import check_manifest
 from engine.model.store import ModelError, load_model
 from engine.parser import FirstOrderParser
@@ -80,6 +80,12 @@ class Pipeline:
         return int((self.manifest.get("inference") or {}).get("tag_samples", 0))
 
     @property
+    def default_tag_average(self) -> str:
+        """What is averaged over tag samples when a caller does not say (``engine.decode.tag_marginal``): the
+        manifest's ``inference.tag_average``, else ``DEFAULT_TAG_AVERAGE``."""
+        return str((self.manifest.get("inference") or {}).get("tag_average", DEFAULT_TAG_AVERAGE))
+
+    @property
     def components(self) -> list[str]:
         return [name for name in COMPONENTS if name == "parser" or getattr(self, name) is not None]
 
@@ -107,6 +113,7 @@ class Pipeline:
                              f"{MAX_TAG_SAMPLES}, got {k!r}")
         try:
             check_manifest(stored.manifest)
+            check_tag_average((stored.manifest.get("inference") or {}).get("tag_average", DEFAULT_TAG_AVERAGE))
         except ValueError as e:
             raise ModelError(f"{directory}: {e}") from e
         return cls(parser, **parts)

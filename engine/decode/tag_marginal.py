@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from engine.decode.labeler import label_arcs, label_distributions
+from engine.features.tag_mixture import TagMixture
 from engine.kernels.exact import TreeConstraint
 from engine.kernels.mbr import mbr_decode
 from engine.results import ParsedSentence
@@ -54,38 +55,87 @@ def with_tag_copies(sentences: Sequence[Any], draws: Sequence[Sequence[TagSequen
     return [c for s, d in zip(sentences, draws, strict=True) for c in (s, *(retagged(s, tags) for tags in d))]
 
 
+TAG_AVERAGES = ("marginals", "potentials")  # what is averaged over the tag sequences (module docstring)
+DEFAULT_TAG_AVERAGE = "marginals"
+
+
+def check_tag_average(value: object) -> str:
+    """``value`` if it names a way of averaging over tag sequences (``TAG_AVERAGES``), else ValueError."""
+    if value not in TAG_AVERAGES:
+        raise ValueError(f"tag_average must be one of {', '.join(TAG_AVERAGES)}, got {value!r}")
+    return str(value)
+
+
+Weighted = list[tuple[TagSequence, int]]  # distinct tag sequences of one sentence and how often each was drawn
+
+
+def distinct_draws(sentences: Sequence[Any], samples: Sequence[Sequence[TagSequence]]) -> tuple[list[int],
+                                                                                                 list[Weighted]]:
+    """Per sentence: the weight of its best tags (1 + the draws equal to them) and its other distinct drawn
+    sequences with their counts. A sequence drawn several times is parsed once and weighted by its count
+    (parsing is deterministic): on EWT dev 16 draws hold 5.2 distinct sequences besides the best one."""
+    best_weight: list[int] = []
+    distinct: list[Weighted] = []
+    for sentence, draws in zip(sentences, samples, strict=True):
+        counts = Counter((tuple(u), tuple(x)) for u, x in draws)
+        best_weight.append(1 + counts.pop((tuple(sentence.upos), tuple(sentence.xpos)), 0))
+        distinct.append([((list(u), list(x)), c) for (u, x), c in counts.items()])
+    return best_weight, distinct
+
+
 def parse_over_tag_samples(
     sentences: Sequence[Any],
     samples: Sequence[Sequence[TagSequence]],
     parse: Callable[[list[Any]], list[ParsedSentence]],
     constraint: TreeConstraint,
     labeler: Any,
-    parse_unlabelled: Callable[[list[Any]], list[ParsedSentence]] | None = None,
+    parse_unlabelled: Callable[..., list[ParsedSentence]] | None = None,
+    average: str = DEFAULT_TAG_AVERAGE,
 ) -> list[ParsedSentence]:
-    """Parse ``sentences`` (tagged with their best tags) and sentence ``i`` again under each distinct tag
-    sequence of ``samples[i]``; return parses whose marginals are the mean over the best tags and every
-    sample (a sequence drawn ``c`` times counts ``c`` times, parsed once), with the MBR tree under
-    ``constraint`` of that mean and its labels from the label distributions averaged the same way (the mean
-    over the best tags and every sample of ``labeler``'s distributions on that tree).
+    """Parse ``sentences`` (tagged with their best tags) under their tag ``samples`` too and return parses
+    whose marginals are averaged over the best tags and every sample (a sequence drawn ``c`` times counts
+    ``c`` times), with labels from the label distributions averaged the same way (the mean over the best
+    tags and every sample of ``labeler``'s distributions on the tree).
+
+    ``average="marginals"``: sentence ``i`` is parsed again under each distinct sequence of ``samples[i]``,
+    the marginals are the mean of the parses' and the tree is the MBR tree under ``constraint`` of that
+    mean. ``average="potentials"``: each sentence is parsed once over its potentials averaged across the
+    taggings (``engine.features.tag_mixture``), its tree the parse's own.
 
     A sentence without samples (e.g. tags given by the user) keeps its single parse; with no samples at all
-    this is ``parse(sentences)``. ``parse`` maps a list
-    of sentences to their parses (any inference); ``parse_unlabelled``, if given, is the same parse without
-    labels, used for the copies under the samples and the sentences that have samples (only their marginals
-    count: the labels come from the averaged distributions; the others are labelled as ``parse`` labels them,
-    ``label_arcs`` with ``labeler``). The result has no tree distribution (``distribution`` is None): k-best and
-    sampled trees need the single-tagging parse."""
+    this is ``parse(sentences)``. ``parse`` maps a list of sentences to their parses (any inference);
+    ``parse_unlabelled(sentences, mixtures=None)``, if given, is the same parse without labels (and, for
+    ``potentials``, over the given tag mixtures; required then), used for the sentences that have samples
+    and their copies (only their marginals count: the labels come from the averaged distributions). The
+    result has no tree distribution (``distribution`` is None): k-best and sampled trees need the
+    single-tagging parse."""
     if len(samples) != len(sentences):
         raise ValueError(f"{len(sentences)} sentences but {len(samples)} sample lists")
-    count = [1 + len(s) for s in samples]
-    # a tag sequence drawn several times, or equal to the best one, is parsed once and weighted by its count
-    # (parsing is deterministic): on EWT dev 16 draws hold 5.2 distinct sequences besides the best one
-    best_weight: list[int] = []
-    distinct: list[list[tuple[TagSequence, int]]] = []
-    for sentence, draws in zip(sentences, samples, strict=True):
-        counts = Counter((tuple(u), tuple(x)) for u, x in draws)
-        best_weight.append(1 + counts.pop((tuple(sentence.upos), tuple(sentence.xpos)), 0))
-        distinct.append([((list(u), list(x)), c) for (u, x), c in counts.items()])
+    check_tag_average(average)
+    best_weight, distinct = distinct_draws(sentences, samples)
+    if not any(samples):
+        return parse(list(sentences))
+    if average == "potentials":
+        if parse_unlabelled is None:
+            raise ValueError("averaging the potentials needs parse_unlabelled(sentences, mixtures)")
+        parsed, total = _parse_mixed(sentences, samples, best_weight, distinct, parse_unlabelled)
+        labelled = False
+    else:
+        parsed, total, labelled = _parse_copies(sentences, samples, best_weight, distinct, parse, parse_unlabelled)
+    for sentence, p, draws in zip(sentences, parsed, samples, strict=True):
+        if not draws and not labelled:  # keeps this parse as it is: labelled here as ``parse`` would have
+            p.deprels, p.label_probs = label_arcs(labeler, sentence, p.heads)
+    trees = {i: (parsed[i].heads if average == "potentials" else mbr_decode(total[i] / (1 + len(d)), constraint))
+             for i, d in enumerate(samples) if d}
+    return _with_averaged_labels(sentences, samples, parsed, total, trees, best_weight, distinct, labeler)
+
+
+def _parse_copies(sentences: Sequence[Any], samples: Sequence[Sequence[TagSequence]], best_weight: list[int],
+                  distinct: list[Weighted], parse: Callable[[list[Any]], list[ParsedSentence]],
+                  parse_unlabelled: Callable[..., list[ParsedSentence]] | None,
+                  ) -> tuple[list[ParsedSentence], list[np.ndarray], bool]:
+    """Marginal averaging: each sentence's parse, the sum of its taggings' marginals weighted by count, and
+    whether the parses are labelled."""
     copies = [(i, tags, c) for i, d in enumerate(distinct) for tags, c in d]
     if parse_unlabelled is not None and copies:
         # one call for every sentence followed by its copies: the parser batches sentences of one length
@@ -99,9 +149,6 @@ def parse_over_tag_samples(
         for d in distinct:  # the same order: a sentence, then its copies (``copies`` is in that order too)
             parsed.append(next(results))
             copy_parses.extend(next(results) for _ in d)
-        for sentence, p, draws in zip(sentences, parsed, samples, strict=True):
-            if not draws:  # keeps this parse as it is: labelled here as ``parse`` would have
-                p.deprels, p.label_probs = label_arcs(labeler, sentence, p.heads)
     else:
         parsed = parse(list(sentences))
         copy_parses = list((parse_unlabelled or parse)([retagged(sentences[i], tags) for i, tags, _ in copies])
@@ -109,23 +156,40 @@ def parse_over_tag_samples(
     total = [p.marginals * w for p, w in zip(parsed, best_weight, strict=True)]
     for (i, _, c), cp in zip(copies, copy_parses, strict=True):
         total[i] += c * cp.marginals
-    out: list[ParsedSentence | None] = []
-    trees: dict[int, np.ndarray] = {}
+    return parsed, total, not (parse_unlabelled is not None and copies)
+
+
+def _parse_mixed(sentences: Sequence[Any], samples: Sequence[Sequence[TagSequence]], best_weight: list[int],
+                 distinct: list[Weighted], parse_unlabelled: Callable[..., list[ParsedSentence]],
+                 ) -> tuple[list[ParsedSentence], list[np.ndarray]]:
+    """Potential averaging: one parse per sentence over its taggings' mean potentials; ``total`` is its
+    marginals times the number of taggings (as ``_parse_copies`` sums them)."""
+    mixtures: list[TagMixture | None] = []
+    for sentence, w, d in zip(sentences, best_weight, distinct, strict=True):
+        weights = np.array([w, *(c for _, c in d)], dtype=np.float64)
+        mixtures.append(TagMixture(tuple(retagged(sentence, tags) for tags, _ in d), weights / weights.sum())
+                        if d else None)
+    parsed = parse_unlabelled(list(sentences), mixtures=mixtures)
+    return parsed, [p.marginals * (1 + len(s)) for p, s in zip(parsed, samples, strict=True)]
+
+
+def _with_averaged_labels(sentences: Sequence[Any], samples: Sequence[Sequence[TagSequence]],
+                          parsed: list[ParsedSentence], total: list[np.ndarray], trees: dict[int, np.ndarray],
+                          best_weight: list[int], distinct: list[Weighted], labeler: Any) -> list[ParsedSentence]:
+    """The parses of the sentences with samples rebuilt on ``trees``, with the marginals ``total`` / count and
+    the labels of the label distributions averaged over the taggings (the others as they are)."""
     jobs: list[tuple[int, Any, np.ndarray, int]] = []  # (sentence, its copy under one tag sequence, tree, count)
-    for i, (sentence, first, acc, c, parses) in enumerate(zip(sentences, parsed, total, count, distinct,
-                                                              strict=True)):
-        out.append(first if c == 1 else None)
-        if c > 1:
-            trees[i] = heads = mbr_decode(acc / c, constraint)
-            jobs.append((i, sentence, heads, c - sum(n for _, n in parses)))  # the best tags' share of the c
-            jobs.extend((i, retagged(sentence, tags), heads, n) for tags, n in parses)
+    for i, heads in trees.items():
+        jobs.append((i, sentences[i], heads, best_weight[i]))
+        jobs.extend((i, retagged(sentences[i], tags), heads, n) for tags, n in distinct[i])
     label_sums: dict[int, np.ndarray] = {}
     if jobs and getattr(labeler, "labels", None):
         dists = label_distributions(labeler, [s for _, s, _, _ in jobs], [h for _, _, h, _ in jobs])
         for (i, _, _, n), dist in zip(jobs, dists, strict=True):
             label_sums[i] = label_sums.get(i, 0.0) + n * dist
+    out = list(parsed)
     for i, heads in trees.items():
-        c = count[i]
+        c = 1 + len(samples[i])
         if i in label_sums:
             avg = label_sums[i] / c
             best = avg.argmax(axis=1)
@@ -136,4 +200,4 @@ def parse_over_tag_samples(
         diagnostics = {**(parsed[i].diagnostics or {}), "tag_samples": c - 1, "tag_parses": 1 + len(distinct[i])}
         out[i] = ParsedSentence(heads, marginals[heads[1:], np.arange(1, len(heads))], marginals, None, deprels,
                                 label_probs, diagnostics, None)
-    return out  # type: ignore[return-value]
+    return out

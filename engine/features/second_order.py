@@ -126,51 +126,84 @@ def _template_tables(templates: tuple[TripleTemplate, ...],
     return seeds, roles, kinds
 
 
+@njit(cache=True, nogil=True)
+def triple_hash(codes: np.ndarray, seeds: np.ndarray, roles: np.ndarray, kinds: np.ndarray, positions: np.ndarray,
+                ctx: np.ndarray, i: int, k: int) -> np.uint64:
+    """Template ``k``'s hash for triple ``i``: the seed mixed with each role's attribute codes in turn (a, b,
+    c) and then the context code (``engine.hashing.mix``, one pair at a time; ``triple_tables`` gives the
+    arguments)."""
+    x = seeds[k]
+    for r in range(3):
+        p = positions[r, i]
+        for j in range(roles.shape[2]):
+            attr = roles[k, r, j]
+            if attr < 0:
+                break
+            x = mix_pair(x, codes[p, attr])
+    if kinds[k] > 0:
+        x = mix_pair(x, ctx[kinds[k], i])
+    return x
+
+
 @njit(cache=True, nogil=True)  # releases the GIL: the service's parse threads run it side by side
 def _triple_kernel(codes: np.ndarray, seeds: np.ndarray, roles: np.ndarray, kinds: np.ndarray,
                    positions: np.ndarray, ctx: np.ndarray, modulus: np.uint64, out: np.ndarray) -> None:
-    """``out[i, k]``: template k's feature index for triple i, ``1 + hash % modulus``, the hash being the
-    seed mixed with each role's attribute codes in turn (a, b, c) and then the context code
-    (``engine.hashing.mix``, one pair at a time)."""
+    """``out[i, k]``: template k's feature index for triple i, ``1 + triple_hash % modulus``."""
     for i in range(positions.shape[1]):
         for k in range(len(seeds)):
-            x = seeds[k]
-            for r in range(3):
-                p = positions[r, i]
-                for j in range(roles.shape[2]):
-                    attr = roles[k, r, j]
-                    if attr < 0:
-                        break
-                    x = mix_pair(x, codes[p, attr])
-            if kinds[k] > 0:
-                x = mix_pair(x, ctx[kinds[k], i])
-            out[i, k] = np.int32(x % modulus) + 1
+            out[i, k] = np.int32(triple_hash(codes, seeds, roles, kinds, positions, ctx, i, k) % modulus) + 1
+
+
+def template_attributes(templates: Sequence[TripleTemplate]) -> list[str]:
+    """The token attributes the templates read, sorted (the columns of ``attribute_codes``)."""
+    return sorted({x for t in templates for x in t.a + t.b + t.c})
+
+
+def attribute_codes(tokens: Tokens, attrs: Sequence[str]) -> np.ndarray:
+    """(n+1, A) uint64: the hash code of each attribute of each word (row 0 the root). Two taggings of a
+    sentence give a triple the same features exactly when its three words have the same rows."""
+    return np.stack([hash_strings(token_attribute(tokens, x)) for x in attrs], axis=1)
 
 
 def extract_triples(
     tokens: Tokens, templates: Sequence[TripleTemplate], triples: np.ndarray, dim: int,
-    direction: np.ndarray | None = None,
+    direction: np.ndarray | None = None, *, codes: np.ndarray | None = None, rows: np.ndarray | None = None,
 ) -> np.ndarray:
     """Feature indices (F, K) int32 for the factors ``triples`` (3, F) of one family.
 
     ``templates`` must all belong to that family; ``direction`` overrides the family's direction
-    code (CHILDSEQ passes the side explicitly). Index 0 is the null feature."""
+    code (CHILDSEQ passes the side explicitly). Index 0 is the null feature. ``codes``: the words'
+    ``attribute_codes`` for ``template_attributes(templates)``, when the caller has them (``tokens`` is then
+    not read); they may be the tables of several taggings of the sentence stacked, ``(C (n+1), A)``, with
+    ``rows`` (F,) the first row of each factor's table (factor ``i`` reads the words ``rows[i] + triples[:, i]``)."""
     f = triples.shape[1]
     out = np.zeros((f, len(templates)), dtype=np.int32)
     if f == 0 or not templates:
         return out
+    codes_table, seeds, roles, kinds, positions, ctx = triple_tables(tokens, templates, triples, direction, codes, rows)
+    _triple_kernel(codes_table, seeds, roles, kinds, positions, ctx, np.uint64(dim - 1), out)
+    return out
+
+
+def triple_tables(tokens: Tokens, templates: Sequence[TripleTemplate], triples: np.ndarray,
+                  direction: np.ndarray | None = None, codes: np.ndarray | None = None,
+                  rows: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """What hashing the factors ``triples`` (3, F >= 1) reads (``extract_triples``' arguments): the words'
+    attribute codes, the templates' seeds, role attributes and context kinds, the word of each role of each
+    factor (3, F) and the context codes (3, F)."""
+    f = triples.shape[1]
     a, b, c = triples
     family = templates[0].family
-    attrs = sorted({x for t in templates for x in t.a + t.b + t.c})
-    codes = {x: hash_strings(token_attribute(tokens, x)) for x in attrs}
+    attrs = template_attributes(templates)
     if direction is None:
         direction = _directions(family, a, b, c)
     far = np.abs(a - c) if family == "grand" else np.abs(a - b) if family == "nocross" else np.abs(b - c)
     dist = direction * 16 + _BINS[np.minimum(far, len(_BINS) - 1)]
     dir_codes, dist_codes = _context_codes()
-    codes_table = np.stack([codes[x] for x in attrs], axis=1)  # (n+1, A)
+    codes_table = attribute_codes(tokens, attrs) if codes is None else codes
     seeds, roles, kinds = _template_tables(tuple(templates), tuple(attrs))
     ctx = np.stack([np.zeros(f, dtype=np.uint64), dir_codes[direction], dist_codes[dist]])
-    _triple_kernel(codes_table, seeds, roles, kinds, np.stack([a, b, c]).astype(np.int64), ctx,
-                   np.uint64(dim - 1), out)
-    return out
+    positions = np.stack([a, b, c]).astype(np.int64)
+    if rows is not None:
+        positions += rows
+    return codes_table, seeds, roles, kinds, positions, ctx

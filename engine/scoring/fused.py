@@ -51,12 +51,12 @@ def _halves(codes: np.ndarray, starts: np.ndarray, attrs: np.ndarray) -> np.ndar
     return out
 
 
-def _value(v, decode):  # type: ignore[no-untyped-def]  # a weight from its table entry (see ArcScorer)
+def weight_value(v, decode):  # type: ignore[no-untyped-def]  # a weight from its table entry (see ArcScorer)
     raise NotImplementedError  # pragma: no cover (compiled through the overload below)
 
 
-@overload(_value)
-def _value_impl(v, decode):  # type: ignore[no-untyped-def]
+@overload(weight_value)
+def weight_value_impl(v, decode):  # type: ignore[no-untyped-def]
     if isinstance(v, types.Integer):  # float16 bits
         return lambda v, decode: decode[v]
     return lambda v, decode: np.float64(v)
@@ -79,7 +79,7 @@ def _scores_kernel(heads: np.ndarray, deps: np.ndarray, contexts: np.ndarray, be
     n_tags = len(tag_codes)
     null = np.empty(n_weights)
     for w in range(n_weights):
-        null[w] = _value(table[0, w], decode)
+        null[w] = weight_value(table[0, w], decode)
     n_between = 0
     for t in range(t_count):
         if between[t]:
@@ -109,33 +109,82 @@ def _scores_kernel(heads: np.ndarray, deps: np.ndarray, contexts: np.ndarray, be
                         for w in range(n_weights):
                             out[w, s, h, m] = out[w, r, h, m]
                         continue
-                present = 0
-                for k in range(n_tags):
-                    if mask & (1 << k):
-                        present += 1
-                count = 0
-                for t in range(t_count):
-                    arc = mix_pair(heads[s, h, t], deps[s, m, t])
-                    if contexts[t] == 1:
-                        arc = mix_pair(arc, dir_codes[h, m])
-                    elif contexts[t] == 2:
-                        arc = mix_pair(arc, dist_codes[h, m])
-                    if between[t]:
-                        for k in range(n_tags):
-                            if mask & (1 << k):
-                                index[count] = np.int64(mix_pair(arc, tag_codes[k]) % modulus) + 1
-                                count += 1
-                    else:
-                        index[count] = np.int64(arc % modulus) + 1
-                        count += 1
+                count, present = _arc_indices(heads, deps, s, h, m, mask, contexts, between, dir_codes, dist_codes,
+                                              tag_codes, modulus, index)
                 for w in range(n_weights):
                     acc = null[w] * (n_between * (n_tags - present))  # the absent "between" slots
                     for i in range(count):
-                        acc += _value(table[index[i], w], decode)
+                        acc += weight_value(table[index[i], w], decode)
                     out[w, s, h, m] = acc
 
 
-_HALF_VALUES = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64)
+@njit(cache=True, nogil=True)
+def _arc_indices(heads: np.ndarray, deps: np.ndarray, s: int, h: int, m: int, mask: int, contexts: np.ndarray,
+                 between: np.ndarray, dir_codes: np.ndarray, dist_codes: np.ndarray, tag_codes: np.ndarray,
+                 modulus: np.uint64, index: np.ndarray) -> tuple[int, int]:
+    """The feature indices of arc ``h -> m`` of sentence ``s`` into ``index`` (the "between" templates once
+    per tag in ``mask``, the tags strictly between h and m): (how many, how many tags ``mask`` holds)."""
+    n_tags = len(tag_codes)
+    present = 0
+    for k in range(n_tags):
+        if mask & (1 << k):
+            present += 1
+    count = 0
+    for t in range(len(contexts)):
+        arc = mix_pair(heads[s, h, t], deps[s, m, t])
+        if contexts[t] == 1:
+            arc = mix_pair(arc, dir_codes[h, m])
+        elif contexts[t] == 2:
+            arc = mix_pair(arc, dist_codes[h, m])
+        if between[t]:
+            for k in range(n_tags):
+                if mask & (1 << k):
+                    index[count] = np.int64(mix_pair(arc, tag_codes[k]) % modulus) + 1
+                    count += 1
+        else:
+            index[count] = np.int64(arc % modulus) + 1
+            count += 1
+    return count, present
+
+
+@njit(cache=True, nogil=True)  # releases the GIL: the service's parse threads run it side by side
+def _listed_kernel(heads: np.ndarray, deps: np.ndarray, contexts: np.ndarray, between: np.ndarray,
+                   dir_codes: np.ndarray, dist_codes: np.ndarray, tags: np.ndarray, tag_codes: np.ndarray,
+                   modulus: np.uint64, table: np.ndarray, decode: np.ndarray, ref: np.ndarray, diff: np.ndarray,
+                   arcs: np.ndarray, ref_scores: np.ndarray, out: np.ndarray) -> None:
+    """``out[j]``: the score under the first weight vector (``table[:, 0]``) of arc ``arcs[j] = (s, h, m)``,
+    ``h != m``, ``m > 0``: ``ref_scores[j]`` (the score of that arc in sentence ``ref[s]``) when the arc has
+    the same features in both (``_scores_kernel``'s test), else computed as ``_scores_kernel`` computes it."""
+    n_tags = len(tag_codes)
+    null = weight_value(table[0, 0], decode)
+    n_between = 0
+    for t in range(len(contexts)):
+        if between[t]:
+            n_between += 1
+    index = np.empty(len(contexts) * n_tags, dtype=np.int64)
+    for j in range(arcs.shape[0]):
+        s, h, m = arcs[j, 0], arcs[j, 1], arcs[j, 2]
+        r = ref[s]
+        lo, hi = (h, m) if h < m else (m, h)
+        mask = 0
+        before = 0
+        for p in range(lo + 1, hi):
+            if tags[s, p] >= 0:
+                mask |= 1 << tags[s, p]
+            if tags[r, p] >= 0:
+                before |= 1 << tags[r, p]
+        if r != s and not diff[s, h] and not diff[s, m] and before == mask:
+            out[j] = ref_scores[j]
+            continue
+        count, present = _arc_indices(heads, deps, s, h, m, mask, contexts, between, dir_codes, dist_codes,
+                                      tag_codes, modulus, index)
+        acc = null * (n_between * (n_tags - present))
+        for i in range(count):
+            acc += weight_value(table[index[i], 0], decode)
+        out[j] = acc
+
+
+HALF_VALUES = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64)
 
 
 @lru_cache(maxsize=32)
@@ -260,8 +309,33 @@ class ArcScorer:
         for table in self.tables:
             part = np.empty((table.shape[1], len(sentences), n + 1, n + 1))
             _scores_kernel(heads, deps, self.contexts, self.between, dir_codes, dist_codes, tags, self.tag_codes,
-                           modulus, table, _HALF_VALUES, ref, diff, part)
+                           modulus, table, HALF_VALUES, ref, diff, part)
             out.extend(part)
+        return out
+
+
+    def copy_scores(self, sentences: Sequence[Tokens], copies: Sequence[Tokens], owner: np.ndarray,
+                    arcs: np.ndarray, own_scores: np.ndarray) -> np.ndarray:
+        """Scores under the first weight vector of the arcs ``arcs`` (J, 3) = (copy, h, m) of ``copies`` (other
+        taggings of ``sentences``: copy ``c`` is one of sentence ``owner[c]``, all of one length). An arc whose
+        features a copy leaves alone gets its sentence's score, ``own_scores`` (J,); only the others are
+        hashed and looked up: O(J) instead of every arc of every copy."""
+        items = [*sentences, *copies]
+        n = len(sentences[0].forms)
+        if any(len(s.forms) != n for s in items):
+            raise ValueError("ArcScorer takes a batch of sentences of one length")
+        codes, tags = self.codes(items)
+        heads = _halves(codes, self.seeds, self.head)
+        deps = _halves(codes, self.dep_seeds, self.dep)
+        ref = np.concatenate([np.arange(len(sentences)), np.asarray(owner, dtype=np.int64)])
+        diff = (heads != heads[ref]).any(axis=2) | (deps != deps[ref]).any(axis=2)
+        dir_codes, dist_codes = _context_codes(n)
+        listed = np.ascontiguousarray(arcs, dtype=np.int64).copy()
+        listed[:, 0] += len(sentences)
+        out = np.empty(len(listed))
+        _listed_kernel(heads, deps, self.contexts, self.between, dir_codes, dist_codes, tags, self.tag_codes,
+                       np.uint64(self.extractor.dim - 1), self.tables[0], HALF_VALUES, ref, diff, listed,
+                       np.asarray(own_scores, dtype=np.float64), out)
         return out
 
 
