@@ -20,13 +20,14 @@ import numpy as np
 
 from engine.bp_parser import BPParser
 from engine.data.conllu_io import ConlluError, check_parsable, format_sentence, read_conllu, write_conllu
+from engine.decode.calibration import calibrated, fit_power
 from engine.decode.labeler import label_arcs
 from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TAG_AVERAGES, parse_over_tag_samples
 from engine.evaluation.metrics import attachment_scores, tag_accuracy
 from engine.evaluation.ud_align import evaluate_ud
 from engine.inference.bp import SCHEDULES
 from engine.inference.settings import method_settings, resolve
-from engine.model.store import ModelError
+from engine.model.store import ModelError, file_sha256, update_manifest
 from engine.pipeline import MAX_TAG_SAMPLES, Pipeline
 from engine.text.treebank_text import raw_text
 from engine.training import options as train_options
@@ -77,6 +78,9 @@ def _add_model_io(p: argparse.ArgumentParser) -> None:
                    "over the best tags and K tag sequences drawn from the tagger's posterior (up to K + 1 parses; "
                    "better calibrated head and label probabilities); default: the model's (manifest "
                    "inference.tag_samples, 0 if absent), 0 with --kbest, --samples or --constraint")
+    p.add_argument("--calibration", choices=["model", "none"], default="model",
+                   help="model: map head probabilities through the calibration fitted for the model (manifest "
+                   "inference.head_power, `calibrate`; the trees do not change); none: the raw marginals")
     p.add_argument("--tag-average", choices=TAG_AVERAGES, default=None,
                    help="with tag samples, what is averaged over the tag sequences: 'marginals' (a parse per "
                    "distinct sequence; better calibrated) or 'potentials' (one parse per sentence over the "
@@ -151,6 +155,13 @@ def build_parser() -> argparse.ArgumentParser:
     alt.add_argument("--kbest", type=int, metavar="K", help="write the K most probable trees of each sentence")
     alt.add_argument("--samples", type=int, metavar="N", help="write N trees sampled from each sentence's distribution")
     p.add_argument("--seed", type=int, help="random seed for --samples")
+    p = sub.add_parser("calibrate", help="fit the calibration of head probabilities on a development treebank "
+                       "(parsed as `evaluate` parses it: re-tagged when the model has a tagger) and store it in "
+                       "the model's manifest (inference.head_power); an explicit --tag-samples or --tag-average "
+                       "is stored as the model's default too (the calibration holds for the settings it was "
+                       "fitted under)")
+    _add_model_io(p)
+    p.add_argument("--data", required=True, help="development treebank (CoNLL-U), never the test set")
     p = sub.add_parser("score", help="score a parsed CoNLL-U file against the gold file")
     p.add_argument("--gold", required=True)
     p.add_argument("--pred", required=True)
@@ -243,9 +254,11 @@ def _parse_tagged(args: argparse.Namespace, parse: Any, sentences: list[Any], dr
     (``engine.decode.tag_marginal``)."""
     parser = args.pipeline.parser
     average = getattr(args, "tag_average", None) or args.pipeline.default_tag_average
-    return parse_over_tag_samples(sentences, draws, parse, parser.constraint, parser.labeler,
-                                  lambda copies, mixtures=None: parse(copies, labels=False, mixtures=mixtures),
-                                  average=average)
+    parsed = parse_over_tag_samples(sentences, draws, parse, parser.constraint, parser.labeler,
+                                    lambda copies, mixtures=None: parse(copies, labels=False, mixtures=mixtures),
+                                    average=average)
+    power = 1.0 if getattr(args, "calibration", "model") == "none" else args.pipeline.default_head_power
+    return [calibrated(p, power) for p in parsed]
 
 
 def _check_tag_samples(args: argparse.Namespace) -> None:
@@ -312,6 +325,36 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             print(f"  [{row['bin'][0]:.3f}, {row['bin'][1]:.3f})  n={row['count']:>6}  "
                   f"conf={row['confidence'] if row['confidence'] is None else round(row['confidence'], 3)}  "
                   f"acc={row['accuracy'] if row['accuracy'] is None else round(row['accuracy'], 3)}")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Fit ``inference.head_power`` (``engine.decode.calibration``) on ``--data`` under the model's default
+    inference, with the command's inference flags, and write it into the model's manifest."""
+    _check_tag_samples(args)
+    given_samples = args.tag_samples
+    _, parse = _load_parser(args)
+    _resolve_tag_samples(args)
+    gold = read_conllu(args.data)
+    check_parsable(gold, args.data)
+    args.calibration = "none"
+    before, parsed = _score_gold_tokens(args, parse, gold, predicted=args.pipeline.tagger is not None)
+    gold_heads = [g.heads for g in gold if g.heads is not None]
+    if len(gold_heads) != len(gold):
+        raise UsageError(f"{args.data}: calibration needs gold HEAD values")
+    power = fit_power(parsed, gold_heads)
+    tuned = [calibrated(p, power) for p in parsed]
+    after = attachment_scores(gold, [p.heads for p in tuned], [p.deprels for p in tuned], [p.head_probs for p in tuned])
+    fitted = {"data": Path(args.data).name, "data_sha256": file_sha256(args.data), "objective": "chosen-head brier",
+              "tag_samples": args.tag_samples, "tag_average": args.tag_average or args.pipeline.default_tag_average,
+              "ece_before": round(before["ece"], 5), "ece_after": round(after["ece"], 5)}
+    inference = {**(args.pipeline.manifest.get("inference") or {}), "head_power": power, "head_calibration": fitted}
+    if args.tag_average:  # the calibration holds for the settings it was fitted under: they become the defaults
+        inference["tag_average"] = args.tag_average
+    if given_samples is not None:
+        inference["tag_samples"] = given_samples
+    update_manifest(args.model, {"inference": inference})
+    print(json.dumps({"model": args.model, "head_power": power, **fitted, "uas": before["uas"], "las": before["las"]}))
     return 0
 
 
@@ -440,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     command = {"train": cmd_train, "average": cmd_average, "evaluate": cmd_evaluate, "parse": cmd_parse,
-               "score": cmd_score}[args.command]
+               "calibrate": cmd_calibrate, "score": cmd_score}[args.command]
     try:
         return command(args)
     except (ConlluError, ModelError, UsageError, FileNotFoundError, IsADirectoryError) as e:

@@ -26,6 +26,7 @@ import numpy as np
 
 from engine.bp_parser import BPParser, load_any
 from engine.data.conllu_io import Sentence, read_conllu
+from engine.decode.calibration import DEFAULT_POWER, check_power
 from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TagSequence, check_tag_average
 from engine.inference.settings import check_manifest
 from engine.model.store import ModelError, load_model
@@ -86,6 +87,12 @@ class Pipeline:
         return str((self.manifest.get("inference") or {}).get("tag_average", DEFAULT_TAG_AVERAGE))
 
     @property
+    def default_head_power(self) -> float:
+        """The calibration of head probabilities fitted for this model (``engine.decode.calibration``): the
+        manifest's ``inference.head_power``, else 1 (none)."""
+        return float((self.manifest.get("inference") or {}).get("head_power", DEFAULT_POWER))
+
+    @property
     def components(self) -> list[str]:
         return [name for name in COMPONENTS if name == "parser" or getattr(self, name) is not None]
 
@@ -114,6 +121,7 @@ class Pipeline:
         try:
             check_manifest(stored.manifest)
             check_tag_average((stored.manifest.get("inference") or {}).get("tag_average", DEFAULT_TAG_AVERAGE))
+            check_power((stored.manifest.get("inference") or {}).get("head_power", DEFAULT_POWER))
         except ValueError as e:
             raise ModelError(f"{directory}: {e}") from e
         return cls(parser, **parts)

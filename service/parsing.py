@@ -14,7 +14,9 @@ import numpy as np
 
 from engine.bp_parser import BPParser
 from engine.data.conllu_io import Sentence, format_sentence
+from engine.decode.calibration import calibrated
 from engine.decode.tag_marginal import TagSequence, parse_over_tag_samples
+from engine.features.tag_mixture import TagMixture
 from engine.inference.relaxed import InferenceConfig, marginal_interval
 from engine.inference.settings import method_settings, resolve
 from engine.results import ParsedSentence
@@ -36,21 +38,25 @@ def run_inference(entry: ModelEntry, sentences: list[Sentence], options: Inferen
                   draws: Sequence[Sequence[TagSequence]]) -> list[ParsedSentence]:
     """Parse ``sentences``; those with tag ``draws`` (from the model's tagger) are also parsed under them and
     their marginals averaged (``engine.decode.tag_marginal``)."""
-    return parse_over_tag_samples(sentences, draws, lambda batch: _infer(entry, batch, options),
-                                  entry.parser.constraint, entry.parser.labeler,
-                                  lambda copies: _infer(entry, copies, options, labels=False))
+    parsed = parse_over_tag_samples(
+        sentences, draws, lambda batch: _infer(entry, batch, options), entry.parser.constraint, entry.parser.labeler,
+        lambda copies, mixtures=None: _infer(entry, copies, options, labels=False, mixtures=mixtures),
+        average=options.tag_average or entry.pipeline.default_tag_average)
+    power = 1.0 if options.calibration == "none" else entry.pipeline.default_head_power
+    return [calibrated(p, power) for p in parsed]
 
 
-def _infer(entry: ModelEntry, sentences: list[Sentence], options: InferenceOptions,
-           labels: bool = True) -> list[ParsedSentence]:
+def _infer(entry: ModelEntry, sentences: list[Sentence], options: InferenceOptions, labels: bool = True,
+           mixtures: Sequence[TagMixture | None] | None = None) -> list[ParsedSentence]:
     method = resolve_method(entry, options)
     if method == "exact":
         assert not isinstance(entry.parser, BPParser)
-        parsed = entry.parser.parse(sentences, labels=labels)
+        parsed = entry.parser.parse(sentences, labels=labels, mixtures=mixtures)
         for p in parsed:
             p.diagnostics = {"method": "exact", "iterations": None, "converged": True, "residual": None}
         return parsed
-    return entry.bp_parser().parse(sentences, inference_config(entry, method, options), labels=labels)
+    return entry.bp_parser().parse(sentences, inference_config(entry, method, options), labels=labels,
+                                   mixtures=mixtures)
 
 
 def inference_config(entry: ModelEntry, method: str, options: InferenceOptions) -> InferenceConfig:

@@ -106,7 +106,9 @@ class ModelEntry:
                 "components": self.pipeline.components, "needs_tags": self.needs_tags,
                 "has_tokenizer": self.has_tokenizer,
                 "default_inference": self.default_method, "inference_defaults": self.inference_defaults,
-                "default_tag_samples": self.default_tag_samples}
+                "default_tag_samples": self.default_tag_samples,
+                "default_tag_average": self.pipeline.default_tag_average,
+                "head_power": self.pipeline.default_head_power}
 
 
 class UnknownModel(LookupError):

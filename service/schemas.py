@@ -63,6 +63,13 @@ class InferenceOptions(BaseModel):
         "per distinct sequence; /parse and "
         "/marginals only; at most the service's max_tag_samples). Default: the model's (GET /models), 0 on the "
         "other routes")
+    tag_average: Literal["marginals", "potentials"] | None = Field(
+        None, description="with tag samples, what is averaged over the tag sequences: marginals (one parse per "
+        "distinct sequence) or potentials (one parse per sentence over the factors' potentials averaged across "
+        "the sequences; several times faster). Default: the model's (GET /models)")
+    calibration: Literal["model", "none"] | None = Field(
+        None, description="model (the default): head probabilities through the calibration fitted for the "
+        "model on development data (GET /models: head_power; the trees do not change); none: the raw marginals")
 
 
 INPUTS: dict[str, JsonValue] = {"text": {"type": "string"}, "tokens": {"type": "array"}, "conllu": {"type": "string"}}
@@ -216,6 +223,11 @@ class ModelInfo(BaseModel):
         "the model's, else the method's defaults")
     default_tag_samples: int = Field(0, description="inference.tag_samples of /parse and /marginals when a request "
                                      "does not give it")
+    default_tag_average: Literal["marginals", "potentials"] = Field(
+        "marginals", description="inference.tag_average when a request does not give it")
+    head_power: float = Field(1.0, description="the calibration of head probabilities fitted for the model "
+                              "(p(h|m)^a renormalised per word; 1: none), applied unless inference.calibration "
+                              "is none")
 
 
 class ModelsResponse(BaseModel):

@@ -102,6 +102,25 @@ def save_model(directory: str | os.PathLike[str], manifest: dict[str, Any], arra
         raise
 
 
+def update_manifest(directory: str | os.PathLike[str], changes: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``changes`` into the top level of a model's manifest (its arrays untouched), atomically: the new
+    manifest is written beside the old one, flushed, and renamed over it. Returns the new manifest."""
+    path = Path(directory)
+    manifest = {**read_manifest(path), **changes}
+    fd, tmp = tempfile.mkstemp(prefix=".manifest.tmp-", dir=path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=2, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path / "manifest.json")
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return manifest
+
+
 def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The checked manifest of a model directory (format and version), without loading arrays."""
     path = Path(directory)

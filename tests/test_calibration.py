@@ -1,0 +1,107 @@
+"""Calibrated head probabilities (engine.decode.calibration): the map keeps distributions and trees, the
+fitted power recovers a known miscalibration, and ``calibrate`` stores what ``parse`` then applies."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+from test_pipeline import trained  # noqa: F401  (the small trained pipeline, a module fixture)
+
+from engine.cli import main
+from engine.decode.calibration import calibrated, calibrated_marginals, check_power, chosen_head_brier, fit_power
+from engine.model.store import ModelError, load_model, read_manifest, update_manifest
+from engine.pipeline import Pipeline
+from engine.results import ParsedSentence
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrays(np.float64, (5, 5), elements=st.floats(0, 1)), st.floats(0.05, 20))
+def test_calibrated_columns_are_distributions_in_the_same_order(raw: np.ndarray, power: float) -> None:
+    raw[:, 0] = 0.0
+    raw[1:, 1:][np.eye(4, dtype=bool)] = 0.0
+    raw[0, 1:] += 1e-3  # every word has at least one possible head
+    marginals = raw / np.where(raw.sum(axis=0) > 0, raw.sum(axis=0), 1.0)
+    out = calibrated_marginals(marginals, power)
+    np.testing.assert_allclose(out[:, 1:].sum(axis=0), 1.0, atol=1e-12)
+    assert np.all(np.isfinite(out)) and np.all(out >= 0)
+    assert np.all(out[:, 1:][marginals[:, 1:] == 0] == 0)  # impossible heads stay impossible
+    for m in range(1, 5):  # the order of a word's heads is kept (ties may only appear by rounding)
+        order = np.argsort(marginals[:, m], kind="stable")
+        assert np.all(np.diff(out[order, m]) >= -1e-12)
+    np.testing.assert_array_equal(calibrated_marginals(marginals, 1.0), marginals)
+
+
+def _parse(marginals: np.ndarray) -> ParsedSentence:
+    heads = np.concatenate([[-1], marginals[:, 1:].argmax(axis=0)])
+    m = np.arange(1, len(heads))
+    return ParsedSentence(heads, marginals[heads[1:], m], marginals, None, ["dep"] * (len(heads) - 1),
+                          np.ones(len(heads) - 1))
+
+
+def test_fit_recovers_a_known_overconfidence() -> None:
+    """Words whose true head distribution is q, reported as q^(1/0.6) renormalised (overconfident), heads drawn
+    from q: the fitted power is close to 0.6 and lowers the Brier score. Fixed seed; 3,000 words."""
+    rng = np.random.default_rng(7)
+    parses, golds = [], []
+    for _ in range(300):
+        n = 10
+        q = rng.dirichlet(np.full(n + 1, 0.3), size=n).T  # column m: word m's true head distribution
+        reported = np.zeros((n + 1, n + 1))
+        reported[:, 1:] = q ** (1 / 0.6)
+        reported[:, 1:] /= reported[:, 1:].sum(axis=0)
+        parses.append(_parse(reported))
+        golds.append(np.concatenate([[-1], [rng.choice(n + 1, p=q[:, m]) for m in range(n)]]))
+    power = fit_power(parses, golds)
+    assert 0.5 < power < 0.72
+    assert chosen_head_brier(parses, golds, power) < chosen_head_brier(parses, golds, 1.0)
+    same = calibrated(parses[0], power)
+    assert np.array_equal(same.heads, parses[0].heads) and same.deprels == parses[0].deprels
+
+
+@pytest.mark.parametrize("bad", [0, -1, 0.01, 21, True, "1", None, float("nan")])
+def test_bad_powers_are_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="head_power"):
+        check_power(bad)
+
+
+def test_calibrate_stores_the_power_and_parse_applies_it(trained: tuple[Path, Path, dict], tmp_path: Path,  # noqa: F811
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    source, dev, _ = trained
+    model = tmp_path / "model"
+    shutil.copytree(source, model)
+    assert main(["calibrate", "--model", str(model), "--data", str(dev), "--tag-average", "potentials"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    manifest = read_manifest(model)
+    assert manifest["inference"]["head_power"] == report["head_power"]
+    assert manifest["inference"]["tag_average"] == "potentials"
+    assert manifest["inference"]["head_calibration"]["data"] == dev.name
+    load_model(model)  # arrays and their checksums untouched
+    pipeline = Pipeline.load(model)
+    assert pipeline.default_head_power == report["head_power"] and pipeline.default_tag_average == "potentials"
+    scores = {}
+    for mode in ("model", "none"):
+        assert main(["evaluate", "--model", str(model), "--data", str(dev), "--tags", "predicted", "--json",
+                     "--calibration", mode]) == 0
+        scores[mode] = json.loads(capsys.readouterr().out)
+    assert scores["model"]["uas"] == scores["none"]["uas"] and scores["model"]["las"] == scores["none"]["las"]
+    assert scores["none"]["ece"] == pytest.approx(report["ece_before"], abs=1e-4)
+    assert scores["model"]["ece"] == pytest.approx(report["ece_after"], abs=1e-4)
+
+
+def test_a_bad_stored_power_is_refused_at_load(trained: tuple[Path, Path, dict], tmp_path: Path) -> None:  # noqa: F811
+    source, _, _ = trained
+    model = tmp_path / "model"
+    shutil.copytree(source, model)
+    update_manifest(model, {"inference": {**(read_manifest(model).get("inference") or {}), "head_power": -2}})
+    with pytest.raises(ModelError, match="head_power"):
+        Pipeline.load(model)
+    update_manifest(model, {"inference": {"tag_average": "modes"}})
+    with pytest.raises(ModelError, match="tag_average"):
+        Pipeline.load(model)
