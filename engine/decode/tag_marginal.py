@@ -14,6 +14,14 @@ under ``y*`` and each draw (the tree fixed), and the label is its most probable 
 
     p(l | h -> m, x) = sum_y p(y | x) p(l | h -> m, x, y).
 
+**Confidence intervals.** Under inference that leaves factors out (relaxed), each tagging ``y`` has its own
+bound ``eta_y`` and Riedel & Smith (2010) Proposition 2 puts the full model's marginal in
+``[mu'_y - c_y (1 - mu'_y), mu'_y + c_y mu'_y]`` with ``c_y = e^eta_y - 1``. Both ends grow with ``eta_y`` and are
+linear in ``mu'_y``, so with ``eta = max_y eta_y`` and ``c = e^eta - 1`` the average of the full model's
+marginals lies in ``[mu' - c (1 - mu'), mu' + c mu']`` around the averaged ``mu'`` (clipping to [0, 1] after
+averaging only widens it). The averaged parse therefore reports that largest ``eta`` (``diagnostics["eta"]``):
+intervals then bound the same averaged marginals the tree and its head probabilities come from.
+
 The draws come from ``engine.pipeline.Pipeline.tag_and_sample`` (in the same pass as the best tags).
 Cost: one parse of each tagged sentence per distinct tag sequence among the best one and the ``K`` draws
 (at most ``K + 1``; with ``K = 8``, 5.2 per sentence on EWT dev, weighted by length). On EWT dev the
@@ -109,6 +117,9 @@ def parse_over_tag_samples(
     total = [p.marginals * w for p, w in zip(parsed, best_weight, strict=True)]
     for (i, _, c), cp in zip(copies, copy_parses, strict=True):
         total[i] += c * cp.marginals
+    copy_diagnostics: dict[int, list[dict[str, Any] | None]] = {}
+    for (i, _, _), cp in zip(copies, copy_parses, strict=True):
+        copy_diagnostics.setdefault(i, []).append(cp.diagnostics)
     out: list[ParsedSentence | None] = []
     trees: dict[int, np.ndarray] = {}
     jobs: list[tuple[int, Any, np.ndarray, int]] = []  # (sentence, its copy under one tag sequence, tree, count)
@@ -134,6 +145,11 @@ def parse_over_tag_samples(
             deprels, label_probs = label_arcs(labeler, sentences[i], heads)
         marginals = total[i] / c
         diagnostics = {**(parsed[i].diagnostics or {}), "tag_samples": c - 1, "tag_parses": 1 + len(distinct[i])}
+        etas = [d["eta"] for d in (parsed[i].diagnostics, *copy_diagnostics.get(i, [])) if d and "eta" in d]
+        if etas:  # Prop. 2 for the mixture: the largest eta of its parts (module docstring)
+            diagnostics["eta"] = max(etas)
+            if "kl_bound" in diagnostics:
+                diagnostics["kl_bound"] = diagnostics["eta"]
         out[i] = ParsedSentence(heads, marginals[heads[1:], np.arange(1, len(heads))], marginals, None, deprels,
                                 label_probs, diagnostics, None)
     return out  # type: ignore[return-value]
