@@ -140,7 +140,8 @@ def confidence_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> 
 
     Exact inference and full BP leave no factor out, so eta = 0 and the interval is the point mu'. Relaxed
     inference reports its eta. For BP the interval does not cover BP's own approximation error, which
-    ``covers`` states.
+    ``covers`` states. Averaged over tag samples (``parse_over_tag_samples``, as on ``/parse``), mu' is the
+    averaged marginal and eta the largest of the taggings' (``engine.decode.tag_marginal``).
     """
     out = []
     for s, p in zip(sentences, parsed, strict=True):
@@ -154,7 +155,7 @@ def confidence_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> 
         tokens = [{"id": j + 1, "form": s.forms[j], "head": int(p.heads[j + 1]), "prob": pr[j], "lower": lo[j],
                    "upper": up[j]} for j in range(s.n)]
         out.append({"eta": eta_out, "kl_bound": eta_out, "method": method, "covers": _COVERS.get(method, _COVERS["bp"]),
-                    "tokens": tokens})
+                    "tag_samples": int(diag.get("tag_samples", 0)), "tokens": tokens})
     return out
 
 

@@ -69,7 +69,7 @@ class ModelEntry:
 
     @property
     def default_tag_samples(self) -> int:
-        """``inference.tag_samples`` of /parse and /marginals when a request does not give it: the model's
+        """``inference.tag_samples`` of /parse, /marginals and /confidence when a request does not give it: the model's
         default, capped at what a request may ask for."""
         return min(self.pipeline.default_tag_samples, self.max_tag_samples)
 

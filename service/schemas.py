@@ -60,9 +60,9 @@ class InferenceOptions(BaseModel):
         None, description="sentences tagged by the model: average the arc "
         "marginals and the label distributions over the best tags and this many tag sequences drawn from the "
         "tagger's posterior (head and label probabilities that account for tagging uncertainty; one more parse "
-        "per distinct sequence; /parse and "
-        "/marginals only; at most the service's max_tag_samples). Default: the model's (GET /models), 0 on the "
-        "other routes")
+        "per distinct sequence; /parse, /marginals and /confidence only, which then agree on every head and "
+        "probability; at most the service's max_tag_samples). Default: the model's (GET /models), 0 on /kbest "
+        "and /sample")
     tag_average: Literal["marginals", "potentials"] | None = Field(
         None, description="with tag samples, what is averaged over the tag sequences: marginals (one parse per "
         "distinct sequence) or potentials (one parse per sentence over the factors' potentials averaged across "
@@ -179,10 +179,13 @@ class ConfidenceToken(BaseModel):
 
 
 class ConfidenceSentence(BaseModel):
-    eta: float = Field(description="Riedel & Smith Proposition 2 bound from the factors left out (0: none)")
+    eta: float = Field(description="Riedel & Smith Proposition 2 bound from the factors left out (0: none); "
+                       "averaged over tag samples, the largest of the taggings' bounds")
     kl_bound: float
     method: str
     covers: str = Field(description="what the interval accounts for")
+    tag_samples: int = Field(0, description="tag sequences the marginals were also averaged over, as on /parse "
+                             "(0: the best tags only)")
     tokens: list[ConfidenceToken]
 
 
@@ -221,8 +224,8 @@ class ModelInfo(BaseModel):
     inference_defaults: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per inference method, the settings a request that leaves them out gets: "
         "the model's, else the method's defaults")
-    default_tag_samples: int = Field(0, description="inference.tag_samples of /parse and /marginals when a request "
-                                     "does not give it")
+    default_tag_samples: int = Field(0, description="inference.tag_samples of /parse, /marginals and /confidence "
+                                     "when a request does not give it")
     default_tag_average: Literal["marginals", "potentials"] = Field(
         "marginals", description="inference.tag_average when a request does not give it")
     head_power: float = Field(1.0, description="the calibration of head probabilities fitted for the model "
@@ -230,9 +233,19 @@ class ModelInfo(BaseModel):
                               "is none")
 
 
+class InferenceLimits(BaseModel):
+    """The largest ``inference`` values a request may give (the service's ``PARSER_MAX_*`` settings; above them
+    422): what a client offers its users, read here rather than written into the client a second time."""
+
+    iterations: int = Field(description="inference.iterations")
+    rounds: int = Field(description="inference.rounds")
+    tag_samples: int = Field(description="inference.tag_samples")
+
+
 class ModelsResponse(BaseModel):
     default: str
     models: list[ModelInfo]
+    limits: InferenceLimits
 
 
 class JobAccepted(BaseModel):

@@ -296,8 +296,8 @@ def test_default_pipeline_parses_raw_text_and_untagged_tokens(client: TestClient
 
 def test_tag_samples_average_the_marginals_of_tagged_sentences(client: TestClient) -> None:
     """inference.tag_samples: untagged words get marginals averaged over tag samples (a tree still comes out,
-    each word's head probabilities still sum to 1); given tags are used as they are; trees and confidence
-    intervals refuse it."""
+    each word's head probabilities still sum to 1); given tags are used as they are; /confidence takes it too
+    (the same heads and probabilities as /parse); k-best and sampled trees refuse it."""
     words = ["Time", "flies", "like", "an", "arrow", "."]  # the default model's tagger is unsure of "flies"
     req = {"tokens": [words], "inference": {"tag_samples": 4}}
     r = client.post("/marginals", json=req)
@@ -314,9 +314,14 @@ def test_tag_samples_average_the_marginals_of_tagged_sentences(client: TestClien
     assert is_tree(np.array([-1] + [t["head"] for t in sentence["tokens"]]))
     given = client.post("/parse", json=body(inference={"tag_samples": 4})).json()["sentences"]
     assert all(s["inference"]["tag_samples"] == 0 for s in given)  # tags came with the request
-    for route in ("/kbest", "/sample", "/confidence"):
+    for route in ("/kbest", "/sample"):
         assert_problem(client.post(route, json=req), 422, field="inference.tag_samples")
-    # without tag_samples: the model's default on /parse and /marginals, one tagging on the other routes
+    conf = client.post("/confidence", json=req).json()["sentences"][0]
+    assert [t["head"] for t in conf["tokens"]] == [t["head"] for t in sentence["tokens"]]
+    np.testing.assert_allclose([t["prob"] for t in conf["tokens"]], [t["prob"] for t in sentence["tokens"]],
+                               atol=1e-12)
+    assert conf["tag_samples"] == 4
+    # without tag_samples: the model's default on /parse, /marginals and /confidence, one tagging on the others
     (info,) = [m for m in client.get("/models").json()["models"] if m["name"] == "en_ewt"]
     default = client.post("/parse", json={"tokens": [words]}).json()["sentences"][0]["inference"]
     assert default["tag_samples"] == info["default_tag_samples"]
@@ -324,6 +329,8 @@ def test_tag_samples_average_the_marginals_of_tagged_sentences(client: TestClien
     np.testing.assert_allclose(got, plain, atol=1e-12)
     for route in ("/kbest", "/sample", "/confidence"):
         assert client.post(route, json={"tokens": [words]}).status_code == 200, route
+    conf = client.post("/confidence", json={"tokens": [words]}).json()["sentences"][0]
+    assert conf["tag_samples"] == info["default_tag_samples"]
     assert_problem(client.post("/parse", json={"tokens": [WORDS], "inference": {"tag_samples": 17}}), 422,
                    field="inference.tag_samples")
 

@@ -204,7 +204,7 @@ HOSTILE: list[tuple[str, object, int, str | None]] = [  # (route, JSON body, sta
     ("/sample", {"tokens": [W], "n": 1001}, 422, "n"),
     ("/sample", {"tokens": [W], "seed": -1}, 422, "seed"),
     ("/sample", {"tokens": [W], "seed": 2**32}, 422, "seed"),
-    ("/confidence", {"tokens": [W], "inference": {"tag_samples": 3}}, 422, "inference.tag_samples"),
+    ("/confidence", {"tokens": [W], "inference": {"tag_samples": 17}}, 422, "inference.tag_samples"),
     ("/confidence", {"tokens": [W], "k": 3}, 422, "k"),
     ("/sample", {"tokens": [W], "n": [1]}, 422, "n"),
     ("/kbest", {"tokens": [W], "k": {"value": 3}}, 422, "k"),

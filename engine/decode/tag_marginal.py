@@ -14,6 +14,14 @@ under ``y*`` and each draw (the tree fixed), and the label is its most probable 
 
     p(l | h -> m, x) = sum_y p(y | x) p(l | h -> m, x, y).
 
+**Confidence intervals.** Under inference that leaves factors out (relaxed), each tagging ``y`` has its own
+bound ``eta_y`` and Riedel & Smith (2010) Proposition 2 puts the full model's marginal in
+``[mu'_y - c_y (1 - mu'_y), mu'_y + c_y mu'_y]`` with ``c_y = e^eta_y - 1``. Both ends grow with ``eta_y`` and are
+linear in ``mu'_y``, so with ``eta = max_y eta_y`` and ``c = e^eta - 1`` the average of the full model's
+marginals lies in ``[mu' - c (1 - mu'), mu' + c mu']`` around the averaged ``mu'`` (clipping to [0, 1] after
+averaging only widens it). The averaged parse therefore reports that largest ``eta`` (``diagnostics["eta"]``):
+intervals then bound the same averaged marginals the tree and its head probabilities come from.
+
 The draws come from ``engine.pipeline.Pipeline.tag_and_sample`` (in the same pass as the best tags).
 Cost: one parse of each tagged sentence per distinct tag sequence among the best one and the ``K`` draws
 (at most ``K + 1``; with ``K = 8``, 5.2 per sentence on EWT dev, weighted by length). On EWT dev the
@@ -156,6 +164,16 @@ def _parse_copies(sentences: Sequence[Any], samples: Sequence[Sequence[TagSequen
     total = [p.marginals * w for p, w in zip(parsed, best_weight, strict=True)]
     for (i, _, c), cp in zip(copies, copy_parses, strict=True):
         total[i] += c * cp.marginals
+    etas: dict[int, list[float]] = {}
+    for (i, _, _), cp in zip(copies, copy_parses, strict=True):
+        if cp.diagnostics and "eta" in cp.diagnostics:
+            etas.setdefault(i, []).append(cp.diagnostics["eta"])
+    for i, theirs in etas.items():  # Prop. 2 for the mixture: the largest eta of its parts (module docstring)
+        diagnostics = dict(parsed[i].diagnostics or {})
+        diagnostics["eta"] = max(([diagnostics["eta"]] if "eta" in diagnostics else []) + theirs)
+        if "kl_bound" in diagnostics:
+            diagnostics["kl_bound"] = diagnostics["eta"]
+        parsed[i].diagnostics = diagnostics
     return parsed, total, not (parse_unlabelled is not None and copies)
 
 

@@ -53,9 +53,9 @@ async def _run(state: ServiceState, request: Request, req: ParseRequest, build: 
     deadline = time.monotonic() + state.settings.request_timeout_s
     entry = state.model(req.model)
     if req.inference.tag_samples and not tag_samples_ok:
-        raise ProblemError(422, "Invalid input", "inference.tag_samples is available on /parse and /marginals "
-                           "only (trees and confidence intervals need a single tagging)", kind="invalid-input",
-                           field="inference.tag_samples")
+        raise ProblemError(422, "Invalid input", "inference.tag_samples is available on /parse, /marginals and "
+                           "/confidence only (k-best and sampled trees need a single tagging)",
+                           kind="invalid-input", field="inference.tag_samples")
     if req.inference.tag_samples is None:  # the model's default where it applies
         default = entry.default_tag_samples if tag_samples_ok else 0
         req = req.model_copy(update={"inference": req.inference.model_copy(update={"tag_samples": default})})
@@ -166,8 +166,10 @@ async def marginals_get(
 
 @router.post("/confidence", response_model=ConfidenceResponse, responses=ERRORS)
 async def confidence(req: ParseRequest, state: State, request: Request) -> JSONResponse:
-    """Each chosen head's probability with the interval of Riedel & Smith (2010) Proposition 2."""
-    return JSONResponse(await _run(state, request, req, parsing.confidence_json))
+    """Each chosen head's probability with the interval of Riedel & Smith (2010) Proposition 2: the same
+    inference as ``/parse`` and ``/marginals`` (with the same ``inference.tag_samples`` default), so the heads
+    and probabilities are theirs."""
+    return JSONResponse(await _run(state, request, req, parsing.confidence_json, tag_samples_ok=True))
 
 
 @router.post("/kbest", response_model=TreesResponse, responses=ERRORS)
