@@ -7,7 +7,6 @@ stderr with exit status 2 (bad input) instead of a traceback.
 from __future__ import annotations
 
 import argparse
-import copy
 import io
 import json
 import logging
@@ -361,7 +360,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any], predicted: bool) -> tuple[dict, list]:
     """Parse the gold-tokenised sentences (re-tagged by the model first if ``predicted``, with
     ``args.tag_samples``) and score them: UAS, LAS, ECE (and UPOS when re-tagged, ``tag_samples`` used)."""
-    inputs = copy.deepcopy(gold) if predicted else gold
+    inputs = [s.copy() for s in gold] if predicted else gold
     tagged, draws = _tagged(args, inputs, retag=True) if predicted else ([], [[] for _ in inputs])
     parsed = _parse_tagged(args, parse, inputs, draws)
     scores = attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],

@@ -271,3 +271,20 @@ def test_set_misc() -> None:
     for key, value in [("", "1"), ("A=B", "1"), ("A|B", "1"), ("A", "1|2"), ("A", "1\t2")]:
         with pytest.raises(ValueError):
             set_misc("_", key, value)
+
+
+def test_sentence_copy_is_a_deep_copy(ewt_dir) -> None:  # type: ignore[no-untyped-def]
+    """``Sentence.copy`` (used before re-tagging in place) equals ``copy.deepcopy`` and shares no list."""
+    import copy as copy_module
+    import dataclasses
+
+    sentences = read_conllu(ewt_dir / "en_ewt-ud-dev.conllu")[:200]
+    for s in sentences:
+        fast, deep = s.copy(), copy_module.deepcopy(s)
+        for f in dataclasses.fields(s):
+            a, b = getattr(fast, f.name), getattr(deep, f.name)
+            assert (np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b), f.name
+            if isinstance(a, (list, np.ndarray)):
+                assert a is not getattr(s, f.name), f.name
+        fast.upos[0] = "CHANGED"
+        assert s.upos[0] != "CHANGED"
