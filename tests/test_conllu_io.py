@@ -56,7 +56,9 @@ def _write(tmp_path: Path, text: str, name: str = "in.conllu") -> Path:
 
 
 # -- round trips ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("path", UD_FILES or [pytest.param(None, marks=pytest.mark.skip(reason=NO_DATA))],
+# a training treebank takes seconds to round-trip: the slow part of the suite
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if "-train" in p.name else p
+                                  for p in UD_FILES] or [pytest.param(None, marks=pytest.mark.skip(reason=NO_DATA))],
                          ids=lambda p: p.name if p else "none")
 def test_treebank_round_trip_is_byte_for_byte(path: Path, tmp_path: Path) -> None:
     original = path.read_bytes()

@@ -91,6 +91,7 @@ def _generated(strategy: object, live_url: str, checks: list[object], failures: 
     return check
 
 
+@pytest.mark.slow
 def test_service_schema_conformance(live_url: str) -> None:
     """For every operation, positive and negative generated cases (hypothesis, a bounded number each):
     no 5xx anywhere, and every schemathesis check passes on the parsing routes."""
