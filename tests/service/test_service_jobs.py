@@ -34,7 +34,7 @@ from service.jobs.store import (
 )
 
 T = TypeVar("T")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture()

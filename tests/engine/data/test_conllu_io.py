@@ -23,7 +23,7 @@ from engine.data.conllu_io import (
     write_conllu,
 )
 
-DATA_DIR = Path(os.environ.get("BP_PARSER_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+DATA_DIR = Path(os.environ.get("BP_PARSER_DATA", Path(__file__).resolve().parents[4] / "shared" / "data"))
 UD_FILES = sorted((DATA_DIR / "ud").glob("*/*.conllu"))
 EWT_DEV = DATA_DIR / "ud" / "en_ewt" / "en_ewt-ud-dev.conllu"
 NO_DATA = f"no treebanks under {DATA_DIR / 'ud'} (set BP_PARSER_DATA to the shared data folder)"

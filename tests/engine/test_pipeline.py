@@ -86,7 +86,7 @@ def test_pipeline_parses_raw_text(trained: tuple[Path, Path, dict]) -> None:
 
 
 def test_pipeline_without_components_still_loads(tmp_path: Path) -> None:
-    repo_model = Path(__file__).resolve().parents[1] / "models" / "en_ewt-o1"
+    repo_model = Path(__file__).resolve().parents[2] / "models" / "en_ewt-o1"
     pipeline = Pipeline.load(repo_model)
     assert pipeline.components == ["parser"] and pipeline.tokenizer is None
     with pytest.raises(Exception, match="no tokenizer"):
@@ -234,7 +234,7 @@ def test_cli_tag_samples(trained: tuple[Path, Path, dict], capsys: pytest.Captur
 
 
 def test_cli_text_needs_a_tokenizer(capsys: pytest.CaptureFixture[str]) -> None:
-    repo_model = Path(__file__).resolve().parents[1] / "models" / "en_ewt-o1"
+    repo_model = Path(__file__).resolve().parents[2] / "models" / "en_ewt-o1"
     assert main(["parse", "--model", str(repo_model), "--text", "Hello there."]) == 2
     assert "no tokenizer" in capsys.readouterr().err
 
