@@ -10,7 +10,7 @@ request of the batch is run again alone, so that a failure reaches only the requ
 A sentence's parse does not depend on the other sentences of its batch except for floating-point rounding:
 the engine's stacked BP (``infer_many``) sums in an order that depends on the stack's size (on EWT dev
 sentences, probabilities differ by 1e-16 to 2e-14; trees, labels and tags are the same);
-``tests/test_service_batching.py`` checks this.
+``tests/service/test_service_batching.py`` checks this.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ token attribute, then every template at once per arity; no Python loop over arcs
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
@@ -127,10 +127,25 @@ class _Arcs:
         return self.codes.shape[0] - 1
 
 
-def _token_codes(sentences: Sequence[Tokens], heads: Sequence[np.ndarray], atoms: Sequence[str],
-                 context: Sequence[Sequence[str]] | None = None) -> _Arcs:
-    """Hash every token attribute in ``atoms`` once per token of the batch (a few numpy calls per attribute);
-    ``context`` holds each sentence's first-stage labels, for the ``deprel`` atom."""
+@dataclass
+class _Layout:
+    """The trees of a batch in flat token indices (see ``_Arcs``), before any attribute is hashed."""
+
+    lens: np.ndarray  # (S,) words per sentence
+    starts: np.ndarray  # (S,) flat index of each sentence's ROOT token
+    total: int  # tokens of the batch (words and ROOTs); the none row is ``total``
+    dep: np.ndarray  # (N,) each word
+    pos: np.ndarray  # (N,) its position in its sentence (1-based)
+    head: np.ndarray  # (N,) its head
+    head_pos: np.ndarray  # (N,) its head's position
+    grand: np.ndarray  # (N,) its head's head
+    count: np.ndarray  # (total + 1,) children of each token
+    children: np.ndarray  # (total + 1, BAG_SLOTS) the first children by position, none-padded
+    rightmost: np.ndarray  # (total + 1,) the last child, none if childless
+
+
+def _tree_layout(sentences: Sequence[Tokens], heads: Sequence[np.ndarray]) -> _Layout:
+    """Flat token indices of every word, its head, grandparent and children (a few numpy calls per batch)."""
     lens = np.fromiter((len(s.forms) for s in sentences), dtype=np.int64, count=len(sentences))
     starts = np.zeros(len(lens), dtype=np.int64)
     np.cumsum(lens[:-1] + 1, out=starts[1:])
@@ -156,67 +171,75 @@ def _token_codes(sentences: Sequence[Tokens], heads: Sequence[np.ndarray], atoms
     rightmost = np.full(total + 1, total, dtype=np.int64)
     has = count > 0
     rightmost[has] = kids[np.cumsum(count)[has] - 1]
-    need = set(atoms)
+    return _Layout(lens, starts, total, dep, pos, head, head_pos, grand, count, children, rightmost)
+
+
+def _flat(values: Iterable[Sequence[str]], root: str, none: str) -> list[str]:
+    """One string per flat token: ``root`` before each sentence's ``values``, ``none`` at the end."""
+    out: list[str] = []
+    for v in values:
+        out.append(root)
+        out.extend(v)
+    out.append(none)
+    return out
+
+
+def _string_columns(sentences: Sequence[Tokens], need: set[str], starts: np.ndarray,
+                    context: Sequence[Sequence[str]] | None) -> dict[str, np.ndarray]:
+    """Codes of the attributes read from the tokens' strings (word, suffix, punctuation, tags, first-stage
+    labels), one row per flat token."""
     cols: dict[str, np.ndarray] = {}
-    lower: list[str] = []
     if need & {"lower", "suf3", "punct", "lc_lower", "rc_lower"}:
-        for s in sentences:
-            lower.append("<root>")
-            lower.extend(f.lower() for f in s.forms)
-        lower.append("<none>")
+        lower = _flat(([f.lower() for f in s.forms] for s in sentences), "<root>", "<none>")
         cols["lower"] = hash_strings(lower)
-    if "suf3" in need:
-        cols["suf3"] = hash_strings([w[-3:] for w in lower])
+        if "suf3" in need:
+            cols["suf3"] = hash_strings([w[-3:] for w in lower])
+        if "punct" in need:
+            flags = np.fromiter(map(_is_punct, lower), dtype=np.int64, count=len(lower))
+            flags[starts] = 2
+            cols["punct"] = _SMALL["punct"][flags]
     if need & {"upos", "upos_prev", "upos_next", "lc_upos", "rc_upos"}:
-        tags: list[str] = []
-        for s in sentences:
-            tags.append(_ROOT)
-            tags.extend(s.upos)
-        tags.append("<NONE>")
-        up = cols["upos"] = hash_strings(tags)
+        up = cols["upos"] = hash_strings(_flat((s.upos for s in sentences), _ROOT, "<NONE>"))
         edge = np.uint64(_NONE)
         cols["upos_prev"] = np.concatenate([[edge], up[:-2], [edge]])  # a ROOT marks a sentence's edges
         cols["upos_prev"][starts] = edge  # and has nothing before it
         cols["upos_next"] = np.concatenate([up[1:-1], [np.uint64(hash_string(_ROOT)), edge]])
     if "xpos" in need:
-        tags = []
-        for s in sentences:
-            tags.append(_ROOT)
-            tags.extend(s.xpos)
-        tags.append("<NONE>")
-        cols["xpos"] = hash_strings(tags)
+        cols["xpos"] = hash_strings(_flat((s.xpos for s in sentences), _ROOT, "<NONE>"))
     if "deprel" in need:
         if context is None or len(context) != len(sentences):
             raise ValueError("the deprel features need every sentence's first-stage labels")
-        rels: list[str] = []
         for s, labels in zip(sentences, context, strict=True):
             if len(labels) != len(s.forms):
                 raise ValueError(f"{len(labels)} first-stage labels for a {len(s.forms)}-word sentence")
-            rels.append(_ROOT)
-            rels.extend(labels)
-        rels.append("<NONE>")
-        cols["deprel"] = hash_strings(rels)
-    if "punct" in need:
-        flags = np.fromiter(map(_is_punct, lower), dtype=np.int64, count=total + 1)
-        flags[starts] = 2
-        cols["punct"] = _SMALL["punct"][flags]
+        cols["deprel"] = hash_strings(_flat(context, _ROOT, "<NONE>"))
+    return cols
+
+
+def _token_codes(sentences: Sequence[Tokens], heads: Sequence[np.ndarray], atoms: Sequence[str],
+                 context: Sequence[Sequence[str]] | None = None) -> _Arcs:
+    """Hash every token attribute in ``atoms`` once per token of the batch (a few numpy calls per attribute);
+    ``context`` holds each sentence's first-stage labels, for the ``deprel`` atom."""
+    t = _tree_layout(sentences, heads)
+    need = set(atoms)
+    cols = _string_columns(sentences, need, t.starts, context)
     if "position" in need:
-        p = np.zeros(total + 1, dtype=np.int64)  # 0 ROOT/none, 1 middle, 2 first, 3 last, 4 only word
-        p[dep] = 1
-        full = lens > 0
-        p[starts[full] + 1] = 2
-        p[(starts + lens)[full]] = np.where(lens[full] == 1, 4, 3)
+        p = np.zeros(t.total + 1, dtype=np.int64)  # 0 ROOT/none, 1 middle, 2 first, 3 last, 4 only word
+        p[t.dep] = 1
+        full = t.lens > 0
+        p[t.starts[full] + 1] = 2
+        p[(t.starts + t.lens)[full]] = np.where(t.lens[full] == 1, 4, 3)
         cols["position"] = _SMALL["position"][p]
-    cols["children"] = _SMALL["children"][np.minimum(count, 3)]
-    for side, idx in (("lc", children[:, 0]), ("rc", rightmost)):
+    cols["children"] = _SMALL["children"][np.minimum(t.count, 3)]
+    for side, idx in (("lc", t.children[:, 0]), ("rc", t.rightmost)):
         if "upos" in cols:
             cols[f"{side}_upos"] = cols["upos"][idx]
         if "lower" in cols:
             cols[f"{side}_lower"] = cols["lower"][idx]
-    codes = np.empty((total + 1, len(atoms)), dtype=np.uint64)
+    codes = np.empty((t.total + 1, len(atoms)), dtype=np.uint64)
     for i, a in enumerate(atoms):
         codes[:, i] = cols[a]
-    return _Arcs(codes, dep, head, grand, pos, head_pos, children)
+    return _Arcs(codes, t.dep, t.head, t.grand, t.pos, t.head_pos, t.children)
 
 
 def _roll(x: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -46,7 +46,7 @@ shared by all factors NOCROSS_{j', l}; here each factor gets its own, because in
 ``L[k, l]`` to a factor excludes that factor's own message and so differs from factor to factor.
 
 With TREE in the graph the EXACTLY1 parts are redundant, and loopy BP double-counts them: beliefs
-are then no better than with TREE + a redundant EXACTLY1 family (measured in tests/test_nocross.py).
+are then no better than with TREE + a redundant EXACTLY1 family (measured in tests/engine/graph/test_nocross.py).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ applied to an event (an arc) with probability mu' under F' and to its complement
 
 Part 2 of the paper states the lower end as mu' - (e^eta - 1) mu'. That does not follow from the
 appendix and fails when mu' is small and the left-out factors push it down (a two-word counterexample
-is in ``tests/test_relaxed.py``); ``marginal_interval`` returns the sound interval above, whose upper
+is in ``tests/engine/inference/test_relaxed.py``); ``marginal_interval`` returns the sound interval above, whose upper
 end is the paper's. In the parser mu_G and mu' come from BP beliefs (and the product approximation),
 so eta is an estimate of the bound, not a guarantee: it does not cover BP's own approximation error.
 

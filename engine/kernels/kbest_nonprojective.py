@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from dataclasses import dataclass, field
 from numbers import Integral
 from typing import NamedTuple
 
@@ -50,7 +51,14 @@ from engine.kernels.mst import find_cycles, max_spanning_arborescence, validated
 
 __all__ = ["kbest_arborescences"]
 
-_NEXT, _LAZY, _ROOT, _ROOT_SOLVED = 0, 1, 2, 3  # queue entry kinds, see kbest_arborescences
+# Kinds of the entries of kbest_arborescences' queue:
+# _NEXT: a solved subproblem (payload), value = its exact second best: emit that tree, split on its arc.
+# _LAZY: an unsolved subproblem whose best tree (payload) is out, value = bound on its second best. If its
+#   solve returns another tree (a tie), that one is new and as good: emit it now; the payload tree then comes
+#   up again later and is skipped as already seen.
+# _ROOT: an unsolved single-root set (some root arcs free), value = bound on its best.
+# _ROOT_SOLVED: the same solved (payload: its best), exact value: emit it, split on its root arc.
+_NEXT, _LAZY, _ROOT, _ROOT_SOLVED = 0, 1, 2, 3
 
 
 class _Solution(NamedTuple):
@@ -62,72 +70,97 @@ class _Solution(NamedTuple):
     arc: tuple[int, int]
 
 
-def _solve(w: np.ndarray) -> _Solution | None:
-    """Best tree of ``w`` (column 0 and diagonal -inf) and its second best (see the module docstring);
-    ``None`` if no tree exists. ``w`` is not modified."""
+@dataclass
+class _Contraction:
+    """Chu-Liu-Edmonds on the multigraph (see the module docstring): the state after every cycle is contracted.
+
+    Nodes are words ``1..n`` and contracted cycles (ids ``n1, n1 + 1, ...``); ``R`` is ``w`` with each column
+    reweighted into the scale of the top node holding its word, ``off`` the total subtracted per column.
+    """
+
+    R: np.ndarray
+    off: np.ndarray
+    comp: np.ndarray  # word -> id of the top node containing it
+    ground: dict[int, np.ndarray]  # node -> its words
+    greedy: dict[int, tuple[int, int]]  # node -> its best incoming arc (u, word) in its own scale
+    kids: dict[int, list[int]] = field(default_factory=dict)  # cycle -> its members
+    offin: dict[int, np.ndarray] = field(default_factory=dict)  # node -> the offsets of its own scale
+    up: dict[int, int] = field(default_factory=dict)  # node -> the cycle that absorbed it
+    tops: set[int] = field(default_factory=set)  # nodes not absorbed
+
+
+def _contract(w: np.ndarray, gu: np.ndarray) -> _Contraction | None:
+    """Contract the cycles of the greedy arcs ``gu`` one at a time, keeping every arc into each member;
+    ``None`` if some cycle has no finite arc entering it (no tree exists)."""
     n1 = w.shape[0]
     cols = np.arange(n1)
-    gu = w.argmax(axis=0)  # greedy arcs of the words
-    if not np.isfinite(w[gu[1:], cols[1:]]).all():
-        return None
-    R = w.copy()
-    off = np.zeros(n1)  # total reweighting subtracted from each column so far
-    comp = cols.copy()  # word -> id of the top node containing it (supernodes get ids n1, n1 + 1, ...)
-    ground: dict[int, np.ndarray] = {g: cols[g : g + 1] for g in range(1, n1)}
-    greedy: dict[int, tuple[int, int]] = {g: (int(gu[g]), g) for g in range(1, n1)}
-    kids: dict[int, list[int]] = {}
-    offin: dict[int, np.ndarray] = {}  # node -> the offsets of its own scale (read on its columns)
-    up: dict[int, int] = {}  # node -> the cycle that absorbed it
-    tops = set(range(1, n1))
+    st = _Contraction(R=w.copy(), off=np.zeros(n1), comp=cols.copy(),
+                      ground={g: cols[g : g + 1] for g in range(1, n1)},
+                      greedy={g: (int(gu[g]), g) for g in range(1, n1)}, tops=set(range(1, n1)))
+    R, ground, greedy = st.R, st.ground, st.greedy
     pending = find_cycles(gu.tolist())  # contracted one at a time; a new cycle must pass through the last one
     waiting = {y for cyc in pending for y in cyc}
     while pending:
         cyc = pending.pop()
-        c = n1 + len(kids)
-        snap = off.copy()
+        c = n1 + len(st.kids)
+        snap = st.off.copy()
         for y in cyc:
-            offin[y] = snap
-            up[y] = c
+            st.offin[y] = snap
+            st.up[y] = c
         g = np.concatenate([ground[y] for y in cyc])
         val = np.repeat([R[greedy[y]] for y in cyc], [ground[y].size for y in cyc])
         R[:, g] -= val
-        off[g] += val
-        kids[c] = cyc
-        tops.difference_update(cyc)
-        tops.add(c)
+        st.off[g] += val
+        st.kids[c] = cyc
+        st.tops.difference_update(cyc)
+        st.tops.add(c)
         waiting.difference_update(cyc)
         ground[c] = g
-        comp[g] = c
+        st.comp[g] = c
         sub = R[:, g]
         sub[g] = -np.inf
         u, j = divmod(int(sub.argmax()), g.size)
         if sub[u, j] == -np.inf:
             return None
         greedy[c] = (u, int(g[j]))
-        path, v = [c], int(comp[u])
+        path, v = [c], int(st.comp[u])
         while v != 0 and v != c and v not in waiting:
             path.append(v)
-            v = int(comp[greedy[v][0]])
+            v = int(st.comp[greedy[v][0]])
         if v == c:
             pending.append(path)
             waiting.update(path)
-    # Expansion: a top node keeps its greedy arc; a cycle entered by (u, g) passes it to the member holding
-    # g, the other members keep their greedy (cycle) arcs.
-    entry = {y: greedy[y] for y in tops}
-    stack = list(tops)
+    for y in st.tops:
+        st.offin[y] = st.off
+    return st
+
+
+def _expand(st: _Contraction, n1: int) -> tuple[dict[int, tuple[int, int]], np.ndarray]:
+    """The best tree: each node's arc in it (``entry``) and the heads. A top node keeps its greedy arc; a
+    cycle entered by ``(u, g)`` passes it to the member holding ``g``, the other members keep their greedy
+    (cycle) arcs."""
+    entry = {y: st.greedy[y] for y in st.tops}
+    stack = list(st.tops)
     while stack:
         y = stack.pop()
         if y < n1:
             continue
         x = entry[y][1]
-        while up[x] != y:
-            x = up[x]
-        for z in kids[y]:
-            entry[z] = entry[y] if z == x else greedy[z]
+        while st.up[x] != y:
+            x = st.up[x]
+        for z in st.kids[y]:
+            entry[z] = entry[y] if z == x else st.greedy[z]
             stack.append(z)
     heads = np.array([-1] + [entry[g][0] for g in range(1, n1)], dtype=np.int64)
-    for y in tops:
-        offin[y] = off
+    return entry, heads
+
+
+def _cheapest_swap(w: np.ndarray, gu: np.ndarray, st: _Contraction, entry: dict[int, tuple[int, int]],
+                   heads: np.ndarray) -> tuple[int, float]:
+    """The node whose swap to another arc from outside its subtree loses least, and that loss (``inf`` if
+    no swap exists): the best tree's score minus the second best's."""
+    n1 = w.shape[0]
+    cols = np.arange(n1)
     # anc[a, v]: a is v or one of its ancestors in the best tree.
     anc = np.eye(n1, dtype=bool)
     p = heads.copy()
@@ -144,12 +177,12 @@ def _solve(w: np.ndarray) -> _Solution | None:
     cost[heads != gu] = np.inf  # cycle entries: their swaps are their cycle's
     best_y = int(cost.argmin())
     best_cost = float(cost[best_y])
-    for y in kids:
-        u, m = greedy[y]
+    for y in st.kids:
+        u, m = st.greedy[y]
         if entry[y] != (u, m):
             continue
-        g = ground[y]
-        block = w[:, g] - offin[y][g]
+        g = st.ground[y]
+        block = w[:, g] - st.offin[y][g]
         block[anc[m]] = -np.inf
         j = int(np.flatnonzero(g == m)[0])
         gval = block[u, j]
@@ -157,8 +190,24 @@ def _solve(w: np.ndarray) -> _Solution | None:
         c = float(gval - block.max())
         if c < best_cost:
             best_y, best_cost = y, c
+    return best_y, best_cost
+
+
+def _solve(w: np.ndarray) -> _Solution | None:
+    """Best tree of ``w`` (column 0 and diagonal -inf) and its second best (see the module docstring);
+    ``None`` if no tree exists. ``w`` is not modified."""
+    n1 = w.shape[0]
+    cols = np.arange(n1)
+    gu = w.argmax(axis=0)  # greedy arcs of the words
+    if not np.isfinite(w[gu[1:], cols[1:]]).all():
+        return None
+    st = _contract(w, gu)
+    if st is None:
+        return None
+    entry, heads = _expand(st, n1)
+    best_y, best_cost = _cheapest_swap(w, gu, st, entry, heads)
     score = float(w[heads[1:], cols[1:]].sum())
-    return _Solution(heads, score, score - best_cost, greedy[best_y] if best_cost < np.inf else (0, 0))
+    return _Solution(heads, score, score - best_cost, st.greedy[best_y] if best_cost < np.inf else (0, 0))
 
 
 def _forced(w: np.ndarray, h: int, m: int) -> np.ndarray:
@@ -167,6 +216,16 @@ def _forced(w: np.ndarray, h: int, m: int) -> np.ndarray:
     f[:, m] = -np.inf
     f[h, m] = w[h, m]
     return f
+
+
+def _split_on_root(w: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray]:
+    """Copies of ``w`` with ``0 -> r`` the only root arc (so every arborescence is a dependency tree) and
+    with ``0 -> r`` forbidden."""
+    only_r = _forced(w, 0, r)
+    only_r[0, :r] = only_r[0, r + 1 :] = -np.inf
+    without_r = w.copy()
+    without_r[0, r] = -np.inf
+    return only_r, without_r
 
 
 def kbest_arborescences(scores: ArrayLike, k: int, *, single_root: bool) -> list[tuple[float, np.ndarray]]:
@@ -203,12 +262,6 @@ def kbest_arborescences(scores: ArrayLike, k: int, *, single_root: bool) -> list
         if value > -np.inf:
             heapq.heappush(queue, (-value, next(tick), kind, w, payload))
 
-    # _NEXT: a solved subproblem (payload), value = its exact second best: emit that tree, split on its arc.
-    # _LAZY: an unsolved subproblem whose best tree (payload) is out, value = bound on its second best. If
-    #   its solve returns another tree (a tie), that one is new and as good: emit it now; the payload tree
-    #   then comes up again later and is skipped as already seen.
-    # _ROOT: an unsolved single-root set (some root arcs free), value = bound on its best.
-    # _ROOT_SOLVED: the same solved (payload: its best), exact value: emit it, split on its root arc.
     if single_root:
         push(np.inf, _ROOT, w0)
     elif (sol := _solve(w0)) is not None:
@@ -241,12 +294,8 @@ def kbest_arborescences(scores: ArrayLike, k: int, *, single_root: bool) -> list
         else:
             assert isinstance(payload, np.ndarray)
             emit(-neg, payload)
-            r = int(np.flatnonzero(payload == 0)[0])
-            only_r = _forced(w, 0, r)
-            only_r[0, :r] = only_r[0, r + 1 :] = -np.inf  # so every arborescence is a dependency tree
+            only_r, without_r = _split_on_root(w, int(np.flatnonzero(payload == 0)[0]))
             push(-neg, _LAZY, only_r, payload)
-            without_r = w.copy()
-            without_r[0, r] = -np.inf
             push(-neg, _ROOT, without_r)
     out.sort(key=lambda pair: -pair[0])  # only reorders floating-point near-ties
     return out

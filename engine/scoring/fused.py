@@ -9,7 +9,7 @@ hashes (``engine.hashing.mix``, bucket ``1 + code % (dim - 1)``) arc by arc in a
 adds each weight as soon as its index is known, for every weight vector at once (the model's and the
 pruner's share the features). "Between" features are visited only for the tags that are present
 (the absent ones are the null feature: ``weights[0]`` each). Training keeps the indices
-(``extract`` + ``arc_scores``); the two paths agree to rounding (``tests/test_fused_scores.py``).
+(``extract`` + ``arc_scores``); the two paths agree to rounding (``tests/engine/scoring/test_fused_scores.py``).
 
 The head and dependent halves of each template's hash depend on one position each, so they are hashed
 once per word (O(n K)); only the conjunction, its context and the bucket are per arc (O(n^2 K)).

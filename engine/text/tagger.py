@@ -10,14 +10,10 @@ training (about 100 for EWT), so the two tags of a word always agree and the tra
 XPOS distinctions; the emission score of a state ``(u, x)`` is ``sum_k U[f_k, u] + sum_k X[f_k, x]`` with
 ``U`` and ``X`` two ``(F+1, T)`` weight matrices gathered by feature id (``JointCrf``).
 
-Features are 64-bit codes from ``engine.hashing`` (template seed mixed with value codes),
-extracted for all words at once: the word and its lowercase form (frequent words only), prefixes and
-suffixes of 1-4 characters, collapsed shape (``Xx``, ``d.d``; conjoined with "first word" at the start),
-digit/hyphen/capital flags, the neighbours' words, suffixes and tag sets at -2..+2 and shapes at -1/+1,
-conjunctions of adjacent words, tag sets and suffixes, and tag-dictionary features: the set of UPOS
-(XPOS) tags a frequent training word was seen with, also for its lowercase form. Codes seen at least
-``feature_min_count`` times in training form the feature vocabulary (a sorted code array; ids by binary
-search, 0 = unknown), so there are no collisions.
+Features are hashed 64-bit codes of the word, its affixes, shape and flags, its neighbours and the tag
+dictionaries (``engine.text.tagger_features``). Codes seen at least ``feature_min_count`` times in training
+form the feature vocabulary (a sorted code array; ids by binary search, 0 = unknown), so there are no
+collisions.
 
 ``chain_forward_backward`` is the sum-product propagator of the chain: log Z, the unary marginals and the
 (summed or per-position) pairwise marginals in log space, vectorised over tags and over a batch of
@@ -33,17 +29,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from functools import cache
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from scipy import sparse
 
 from engine.data.batching import length_batches
-from engine.hashing import hash_string, hash_strings, mix
+from engine.hashing import hash_string
 from engine.optim import AdaGrad, EpochLoop, OptimSettings
 from engine.text.crf import (  # noqa: F401 (chain kernels re-exported for their users)
     ChainMarginals,
@@ -54,140 +48,19 @@ from engine.text.crf import (  # noqa: F401 (chain kernels re-exported for their
     chain_score,
     chain_viterbi,
 )
-from engine.text.shapes import word_shape
+from engine.text.tagger_features import (  # noqa: F401 (feature extraction re-exported for its users)
+    LEXICONS,
+    HasForms,
+    Lexicon,
+    build_lexicon,
+    feature_codes,
+    feature_spec,
+)
 
 log = logging.getLogger(__name__)
 
 STATE_FORMAT = "crf-tagger"
 STATE_VERSION = 1
-_BOS, _EOS = "\x02BOS", "\x03EOS"  # padding "words" (control characters cannot occur in a treebank form)
-
-
-class HasForms(Protocol):
-    forms: list[str]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Features
-# ---------------------------------------------------------------------------------------------------------
-
-_LEX = ("bias", "lower", "form", "p1", "p2", "p3", "p4", "s1", "s2", "s3", "s4", "shape", "flags", "udict", "xdict",
-        "ldict")
-# (template, offset) pairs read at the neighbours
-_CONTEXT = (
-    ("lower", -2), ("lower", -1), ("lower", 1), ("lower", 2),
-    ("s3", -2), ("s3", -1), ("s3", 1), ("s3", 2),
-    ("shape", -1), ("shape", 1),
-    ("udict", -2), ("udict", -1), ("udict", 1), ("udict", 2),
-)
-_BIGRAMS = (
-    (("lower", -1), ("lower", 0)), (("lower", 0), ("lower", 1)), (("udict", -1), ("udict", 1)),
-    (("lower", 0), ("udict", 1)), (("udict", -1), ("lower", 0)),
-    (("udict", 1), ("udict", 2)), (("udict", -2), ("udict", -1)),
-    (("lower", -1), ("s3", 0)), (("s3", 0), ("lower", 1)),
-)
-_LEXICONS = ("udict", "xdict", "ldict")  # tag-dictionary templates (values looked up in the lexicon)
-_RARE, _UNK = hash_string("<rare>"), hash_string("<unk>")
-
-# A lexicon maps a template name to (sorted uint64 codes of the words it knows, uint64 codes of their values).
-Lexicon = dict[str, tuple[np.ndarray, np.ndarray]]
-
-
-@cache
-def _seed(name: str) -> np.uint64:
-    return np.uint64(hash_string(f"tagger|{name}"))
-
-
-def _lookup_table(table: tuple[np.ndarray, np.ndarray], keys: np.ndarray, default: int) -> np.ndarray:
-    """Values of ``keys`` (uint64 codes) in a lexicon table, ``default`` where absent."""
-    known, values = table
-    if len(known) == 0:
-        return np.full(len(keys), default, dtype=np.uint64)
-    at = np.minimum(np.searchsorted(known, keys), len(known) - 1)
-    return np.where(known[at] == keys, values[at], np.uint64(default))
-
-
-def _value_codes(name: str, forms: list[str], lower: list[str], lexicon: Lexicon) -> np.ndarray:
-    """Codes (U,) uint64 of lexical template ``name`` for each distinct form."""
-    if name == "bias":
-        return np.zeros(len(forms), dtype=np.uint64)
-    if name in ("lower", "form", *_LEXICONS):
-        keys = hash_strings(lower if name in ("lower", "ldict") else forms)
-        if name in _LEXICONS:
-            return _lookup_table(lexicon[name], keys, _RARE)
-        # word identities only for frequent words (those in the tag dictionaries): rare training words
-        # then train the affix and shape features that unknown words depend on
-        known = lexicon["ldict" if name == "lower" else "udict"][0]
-        return np.where(np.isin(keys, known), keys, np.uint64(_UNK))
-    if name == "shape":
-        return hash_strings([word_shape(f) for f in forms])
-    if name == "flags":
-        return hash_strings([f"{any(c.isdigit() for c in f)}{'-' in f}{f[:1].isupper()}{f.isupper()}" for f in forms])
-    if name[0] in "ps" and name[1:].isdigit():
-        k = int(name[1:])
-        return hash_strings([w[:k] for w in lower] if name[0] == "p" else [w[-k:] for w in lower])
-    raise ValueError(f"unknown tagger template {name!r}")
-
-
-def feature_codes(
-    sentences: Sequence[HasForms], lexicon: Lexicon
-) -> tuple[np.ndarray, np.ndarray]:
-    """Hashed feature codes of every word of ``sentences`` (concatenated in order) -> ((N, K) uint64, offsets).
-
-    Lexical templates are hashed once per distinct form; neighbour templates read a flat array in which
-    every sentence is padded with two BOS and two EOS pseudo-words, so the word at offset ``d`` of padded
-    position ``p`` is ``p + d`` for all words at once.
-    """
-    lengths = np.array([len(s.forms) for s in sentences], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    padded: list[str] = []
-    for s in sentences:
-        padded += [_BOS, _BOS, *s.forms, _EOS, _EOS]
-    types, inverse = np.unique(np.array(padded, dtype=object), return_inverse=True)
-    forms = [str(x) for x in types]
-    lower = [f.lower() for f in forms]
-    needed = {*_LEX, *(a for a, _ in _CONTEXT), *(a for pair in _BIGRAMS for a, _ in pair)}
-    values = {name: _value_codes(name, forms, lower, lexicon) for name in needed}
-    # padded position of each real word: sentence i's word j sits at offsets[i] + 4 i + 2 + j
-    sent_of = np.repeat(np.arange(len(sentences)), lengths)
-    pos = np.arange(int(offsets[-1])) + 4 * sent_of + 2
-    codes = np.empty((len(pos), len(_LEX) + len(_CONTEXT) + len(_BIGRAMS)), dtype=np.uint64)
-    col = 0
-    for name in _LEX:
-        codes[:, col] = mix(_seed(name), values[name][inverse[pos]])
-        col += 1
-    for name, d in _CONTEXT:
-        codes[:, col] = mix(_seed(f"{name}@{d}"), values[name][inverse[pos + d]])
-        col += 1
-    for (a, d), (c, e) in _BIGRAMS:
-        key = _seed(f"{a}@{d}+{c}@{e}")
-        codes[:, col] = mix(mix(key, values[a][inverse[pos + d]]), values[c][inverse[pos + e]])
-        col += 1
-    # sentence-initial capitalisation is uninformative: conjoin the shape of the first word with "first"
-    first = offsets[:-1][lengths > 0]
-    codes[first, _LEX.index("shape")] = mix(_seed("first"), codes[first, _LEX.index("shape")])
-    return codes, offsets
-
-
-def build_lexicon(sentences: Sequence[Any], min_count: int = 3) -> Lexicon:
-    """Tag dictionaries of frequent words: ``udict``/``xdict`` map a form seen at least ``min_count`` times
-    to (the code of) the set of UPOS/XPOS tags it was seen with, e.g. "ADJ|NOUN"; ``ldict`` maps a
-    lowercased form (its case variants counted together) to its UPOS tags."""
-    count: dict[str, Counter[str]] = {"udict": Counter(), "xdict": Counter(), "ldict": Counter()}
-    tags: dict[str, dict[str, set[str]]] = {k: defaultdict(set) for k in count}
-    for s in sentences:
-        for f, u, x in zip(s.forms, s.upos, s.xpos, strict=True):
-            for name, key, tag in (("udict", f, u), ("xdict", f, x), ("ldict", f.lower(), u)):
-                count[name][key] += 1
-                tags[name][key].add(tag)
-    lexicon: Lexicon = {}
-    for name in _LEXICONS:
-        words = sorted(k for k, c in count[name].items() if c >= min_count)
-        keys = hash_strings(words)
-        values = hash_strings(["|".join(sorted(tags[name][w])) for w in words])
-        order = np.argsort(keys)
-        lexicon[name] = (keys[order], values[order])
-    return lexicon
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -437,7 +310,7 @@ class Tagger:
     def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """JSON metadata and named arrays (see the component contract)."""
         meta: dict[str, Any] = {
-            "format": STATE_FORMAT, "version": STATE_VERSION, "features": _feature_spec(),
+            "format": STATE_FORMAT, "version": STATE_VERSION, "features": feature_spec(),
             "upos_labels": list(self.upos_labels), "xpos_labels": list(self.xpos_labels),
             "training": self.training,
         }
@@ -460,13 +333,13 @@ class Tagger:
             if meta.get("format") != STATE_FORMAT or meta.get("version") != STATE_VERSION:
                 raise ValueError(f"not a {STATE_FORMAT} v{STATE_VERSION} state: "
                                  f"{meta.get('format')!r} v{meta.get('version')!r}")
-            if meta.get("features") != _feature_spec():
+            if meta.get("features") != feature_spec():
                 raise ValueError("the tagger state was trained with different feature templates")
             upos = [str(x) for x in meta["upos_labels"]]
             xpos = [str(x) for x in meta["xpos_labels"]]
             features = _sorted_codes(arrays["features"], "features")
             lexicon: Lexicon = {}
-            for name in _LEXICONS:
+            for name in LEXICONS:
                 keys = _sorted_codes(arrays[f"{name}_keys"], f"{name}_keys", strict=False)
                 values = np.asarray(arrays[f"{name}_values"])
                 if values.dtype != np.uint64 or values.shape != keys.shape:
@@ -502,9 +375,3 @@ def _sorted_codes(arr: np.ndarray, name: str, *, strict: bool = True) -> np.ndar
             (strict and (arr[1:] == arr[:-1]).any()):
         raise ValueError(f"tagger {name} must be a sorted uint64 vector")
     return arr
-
-
-def _feature_spec() -> dict[str, Any]:
-    """The feature templates, recorded in a state so that a model is never used with different ones."""
-    return {"lexical": list(_LEX), "context": [list(c) for c in _CONTEXT],
-            "bigrams": [[list(a), list(b)] for a, b in _BIGRAMS]}

@@ -9,8 +9,8 @@ Every field of ``TrainOptions`` carries an ``Option`` in its metadata. From that
 - the fields of the service's training-job config (``service.jobs.config.JobConfig``) for the options with
   ``job=True``; the service narrows some bounds with its own limits (``service.settings.JOB_LIMITS``).
 
-The CLI flags and the job's JSON field names are contracts: a field's name is both (``tests/test_cli.py``,
-``tests/test_service_jobs.py``).
+The CLI flags and the job's JSON field names are contracts: a field's name is both (``tests/engine/test_cli.py``,
+``tests/service/test_service_jobs.py``).
 """
 
 from __future__ import annotations

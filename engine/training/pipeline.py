@@ -13,7 +13,7 @@ import copy
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +115,180 @@ def _score_tokenizer(tokenizer: Any, dev: Sequence[Any]) -> None:
              scores["sentences"], scores["words"])
 
 
+@dataclass
+class _Data:
+    """The treebanks as the components see them: with a tagger, ``train`` is jackknife-tagged and ``dev``
+    tagged by the final tagger (``dev_gold`` keeps the gold tags); the draws are their tag samples."""
+
+    train: list[Any]
+    dev: list[Any] | None
+    dev_gold: list[Any] | None
+    train_draws: list[Any] = field(default_factory=list)  # per training sentence, for the labeller
+    dev_draws: list[Any] = field(default_factory=list)  # per dev sentence (options.tag_samples of them)
+
+
+@dataclass
+class _Parser:
+    """The trained parser: the model, the order it was saved at (1 if an order-2 run was stopped while
+    training its pruner), the trainers' result and runs, the manifest's ``training`` block and, for order 2,
+    the BP settings it is scored with."""
+
+    model: Any
+    order: int
+    result: Any
+    runs: list[dict[str, Any]]
+    training: dict[str, Any]
+    inference: BPConfig | None = None
+
+
+def _train_config(options: TrainOptions) -> TrainConfig:
+    return TrainConfig(epochs=options.epochs, batch_size=options.batch_size,
+                       learning_rate=options.effective_learning_rate, l2=options.l2, seed=options.seed,
+                       average=options.average)
+
+
+def _load(train_path: PathLike, dev_path: PathLike | None, options: TrainOptions) -> _Data:
+    train = read_conllu(train_path)
+    if options.max_sentences:
+        train = train[: options.max_sentences]
+    dev = read_conllu(dev_path) if dev_path else None
+    check_parsable(train, train_path)
+    return _Data(train, dev, dev)
+
+
+def _train_tagger(data: _Data, options: TrainOptions, report: _Progress, progress: bool) -> Tagger:
+    """Train the tagger, and tag the treebanks as they will be tagged at test time: the parser and the
+    labeller train on jackknifed tags, dev is tagged as ``evaluate --tags predicted`` will tag it."""
+    report("training tagger")
+    jackknifed, data.train_draws = jackknife_tag_draws(data.train, folds=options.folds, seed=options.seed,
+                                                       progress=progress,
+                                                       samples=options.effective_labeler_tag_samples)
+    report("training tagger", 0.8)
+    tagger = Tagger.train(data.train, dev=data.dev, seed=options.seed, progress=progress)
+    data.train = jackknifed
+    if data.dev is not None:  # with the model's tag samples
+        data.dev = copy.deepcopy(data.dev)
+        for s, tagged in zip(data.dev, tagger.tag(data.dev, samples=options.tag_samples), strict=True):
+            s.upos, s.xpos = list(tagged.upos), list(tagged.xpos)
+            data.dev_draws.append(tagged.samples)
+    return tagger
+
+
+def _train_first_order(data: _Data, options: TrainOptions, labeler: CountLabeler, report: _Progress,
+                       progress: bool) -> _Parser:
+    """The first-order parser (CLL, or approximation-aware under exact inference), the mean of ``--seeds``
+    runs; for order 2 its pruner, one CLL run of 8 epochs."""
+    order, dev, train = options.order, data.dev, data.train
+    constraint = TreeConstraint(options.tree, options.root)
+    extractor = FeatureExtractor(tuple(default_first_order()), options.dim)
+    first = FirstOrderParser(extractor, np.zeros(options.dim), constraint, labeler, {})
+
+    def dev_uas_first(weights: np.ndarray) -> float:
+        assert dev is not None  # passed to the trainers only with a dev set
+        first.weights = weights
+        return attachment(dev, first.parse(dev))["uas"]
+
+    stage = "training" if order == 1 else "training pruner"
+    report(stage)
+
+    def run_first(seed: int, on_batch: Callable[[int, int], None]) -> Any:
+        if order == 1 and options.objective != "cll":  # loss-aware training with exact inference (§4)
+            return train_erma_exact(extractor, constraint, train, replace(erma_config(options), seed=seed),
+                                    dev_uas_first if dev else None, progress, on_batch)
+        return train_cll(extractor, constraint, train, replace(_train_config(options), seed=seed) if order == 1
+                         else TrainConfig(epochs=8, batch_size=options.batch_size, learning_rate=0.2,
+                                          l2=options.l2, seed=seed),
+                         dev_uas_first if dev else None, progress, on_batch)
+
+    seeds = [options.seed + k for k in range(options.seeds)]
+    result, runs = train_seeds(run_first, seeds if order == 1 else [options.seed], report.batches(stage))
+    first.weights = result.weights
+    if result.interrupted and order == 2:
+        order = 1  # stopped while training the pruner: save what we have as a first-order model
+    return _Parser(first, order, result, runs, {"objective": options.objective})
+
+
+def _load_pruner(pruner_path: PathLike, options: TrainOptions, labeler: CountLabeler) -> FirstOrderParser:
+    first = load_any(pruner_path)
+    if not isinstance(first, FirstOrderParser) or first.constraint != TreeConstraint(options.tree, options.root):
+        raise TrainOptionsError(f"--pruner {pruner_path} must be a first-order model with --tree "
+                                f"{options.tree} --root {options.root}")
+    first.labeler = labeler
+    return first
+
+
+def _train_second_order(first: FirstOrderParser, data: _Data, options: TrainOptions, report: _Progress,
+                        progress: bool) -> _Parser:
+    """The second-order BP parser, pruned by and warm-started from ``first``: surrogate CLL, or
+    approximation-aware through ``options.bp_iterations`` of BP; the mean of ``--seeds`` runs."""
+    families = list(options.factors)
+    dev, train = data.dev, data.train
+    model = BPParser.from_first_order(first, {f: tuple(default_second_order([f])) for f in families},
+                                      options.second_dim, prune=True)
+    bp = BPConfig(max_iterations=options.bp_iterations, schedule="serial")
+    # approximation-aware models are chosen (and scored) with the BP iterations they were trained for
+    inference = bp if options.objective != "cll" else BPConfig()  # BP's defaults for the others
+
+    def dev_uas(weights: np.ndarray) -> float:
+        assert dev is not None  # passed to the trainers only with a dev set
+        saved, model.weights = model.weights, weights
+        try:
+            return attachment(dev, model.parse(dev, inference))["uas"]
+        finally:
+            model.weights = saved
+
+    report("training")
+    warm_start = model.weights.copy()
+
+    def run_second(seed: int, on_batch: Callable[[int, int], None]) -> Any:
+        model.weights = warm_start.copy()  # every run starts from the pruner's weights
+        if options.objective == "cll":
+            return train_surrogate(model, train, replace(_train_config(options), seed=seed), bp,
+                                   dev_uas if dev else None, progress, on_batch)
+
+        return train_erma(model, train, replace(erma_config(options), seed=seed), bp, dev_uas if dev else None,
+                          progress, on_batch)
+
+    seeds = [options.seed + k for k in range(options.seeds)]
+    result, runs = train_seeds(run_second, seeds, report.batches("training"))
+    model.weights = result.weights
+    if options.objective == "cll":
+        training: dict[str, Any] = {"objective": "surrogate-cll", "factors": families}
+    else:
+        training = {"objective": options.objective, "factors": families,
+                    "inference_iterations": options.bp_iterations}
+    return _Parser(model, 2, result, runs, training, inference)
+
+
+def _train_labeler(data: _Data, options: TrainOptions, report: _Progress, progress: bool) -> LogLinearLabeler:
+    """The stacked log-linear labeller, on the training trees with (when the tagger was trained) copies of
+    each sentence under its jackknifed tag samples."""
+    report("training labeler")
+    copies = options.effective_labeler_tag_samples if data.train_draws else 0  # draws only with a tagger
+    labeler_train = with_tag_copies(data.train, data.train_draws) if copies else data.train
+    labeler = LogLinearLabeler.train(labeler_train, dev=data.dev, seed=options.seed, progress=progress,
+                                     folds=options.folds, buckets=LABELER_BUCKETS, group=1 + copies)
+    labeler.info["tag_samples"] = copies
+    return labeler
+
+
+def _evaluate(parser: _Parser, data: _Data, options: TrainOptions) -> dict[str, Any]:
+    """Dev scores of the parser over the dev set's tag samples (and the tagger's UPOS accuracy)."""
+    dev, model, inference = data.dev, parser.model, parser.inference
+    assert dev is not None
+
+    def parse(sentences: list[Any], labels: bool = True) -> list[Any]:
+        return model.parse(sentences, labels=labels) if parser.order == 1 else model.parse(sentences, inference,
+                                                                                          labels=labels)
+
+    draws = data.dev_draws or [[] for _ in dev]
+    scores = attachment(dev, parse_over_tag_samples(dev, draws, parse, model.constraint, model.labeler,
+                                                    lambda copies: parse(copies, labels=False)))
+    if options.tag_samples:
+        scores["tag_samples"] = options.tag_samples
+    return scores
+
+
 def train_model(
     train_path: PathLike,
     dev_path: PathLike | None,
@@ -138,157 +312,62 @@ def train_model(
     Raises ``ConlluError`` for bad treebanks, ``ModelError`` for a bad pruner and
     ``TrainOptionsError`` for a pruner that does not match the options.
     """
-    order = options.order
-    report = _Progress(on_progress, _spans(order, pruner_path is None, options.components))
+    report = _Progress(on_progress, _spans(options.order, pruner_path is None, options.components))
     report("loading")
-    config = TrainConfig(epochs=options.epochs, batch_size=options.batch_size,
-                         learning_rate=options.effective_learning_rate, l2=options.l2, seed=options.seed,
-                         average=options.average)
-    constraint = TreeConstraint(options.tree, options.root)
-    families = list(options.factors) if order == 2 else []
-    train = read_conllu(train_path)
-    if options.max_sentences:
-        train = train[: options.max_sentences]
-    dev = read_conllu(dev_path) if dev_path else None
-    check_parsable(train, train_path)
+    data = _load(train_path, dev_path, options)
     parts: dict[str, Any] = {}
     if "tokenizer" in options.components:
         report("training tokenizer")
-        parts["tokenizer"] = Tokenizer.train(train, seed=options.seed, progress=progress)
-        if dev:
-            _score_tokenizer(parts["tokenizer"], dev)
-    dev_gold = dev
-    labeler_samples = options.effective_labeler_tag_samples
-    train_draws: list[Any] = []  # tag samples of each (jackknifed) training sentence, for the labeller
-    dev_draws: list[Any] = []  # tag samples of each dev sentence (with a tagger and options.tag_samples)
+        parts["tokenizer"] = Tokenizer.train(data.train, seed=options.seed, progress=progress)
+        if data.dev:
+            _score_tokenizer(parts["tokenizer"], data.dev)
     if "tagger" in options.components:
-        # the parser and labeler see predicted tags in training, as they will at test time
-        report("training tagger")
-        jackknifed, train_draws = jackknife_tag_draws(train, folds=options.folds, seed=options.seed,
-                                                      progress=progress, samples=labeler_samples)
-        report("training tagger", 0.8)
-        parts["tagger"] = Tagger.train(train, dev=dev, seed=options.seed, progress=progress)
-        train = jackknifed
-        if dev is not None:  # tagged as `evaluate --tags predicted` will tag it, with the model's tag samples
-            dev = copy.deepcopy(dev)
-            for s, tagged in zip(dev, parts["tagger"].tag(dev, samples=options.tag_samples), strict=True):
-                s.upos, s.xpos = list(tagged.upos), list(tagged.xpos)
-                dev_draws.append(tagged.samples)
-    labeler = CountLabeler.fit(train)
+        parts["tagger"] = _train_tagger(data, options, report, progress)
+    labeler = CountLabeler.fit(data.train)
     provenance = {"train_file": Path(train_path).name, "train_sha256": file_sha256(train_path),
-                  "train_sentences": len(train), "dev_file": Path(dev_path).name if dev_path else None,
+                  "train_sentences": len(data.train), "dev_file": Path(dev_path).name if dev_path else None,
                   "dev_sha256": file_sha256(dev_path) if dev_path else None}
-
-    seeds = [options.seed + k for k in range(options.seeds)]
-    runs: list[dict[str, Any]] = []
-    if order == 2 and pruner_path:
-        first = load_any(pruner_path)
-        if not isinstance(first, FirstOrderParser) or first.constraint != constraint:
-            raise TrainOptionsError(f"--pruner {pruner_path} must be a first-order model with --tree "
-                                    f"{options.tree} --root {options.root}")
-        first.labeler = labeler
+    if options.order == 2 and pruner_path:
+        parser = _train_second_order(_load_pruner(pruner_path, options, labeler), data, options, report, progress)
     else:
-        extractor = FeatureExtractor(tuple(default_first_order()), options.dim)
-        first = FirstOrderParser(extractor, np.zeros(options.dim), constraint, labeler, {})
-
-        def dev_uas_first(weights: np.ndarray) -> float:
-            assert dev is not None  # passed to the trainers only with a dev set
-            first.weights = weights
-            return attachment(dev, first.parse(dev))["uas"]
-
-        stage = "training" if order == 1 else "training pruner"
-        report(stage)
-
-        def run_first(seed: int, on_batch: Callable[[int, int], None]) -> Any:
-            if order == 1 and options.objective != "cll":  # loss-aware training with exact inference (§4)
-                return train_erma_exact(extractor, constraint, train, replace(erma_config(options), seed=seed),
-                                        dev_uas_first if dev else None, progress, on_batch)
-            return train_cll(extractor, constraint, train, replace(config, seed=seed) if order == 1 else
-                             TrainConfig(epochs=8, batch_size=options.batch_size, learning_rate=0.2,
-                                         l2=options.l2, seed=seed),
-                             dev_uas_first if dev else None, progress, on_batch)
-
-        # a first-order model is the mean of --seeds runs; a pruner for order 2 is one run
-        result, runs = train_seeds(run_first, seeds if order == 1 else [options.seed], report.batches(stage))
-        first.weights = result.weights
-        if result.interrupted and order == 2:
-            order = 1  # stopped while training the pruner: save what we have as a first-order model
-    model: Any = first
-    training: dict[str, Any] = {}
-    if order == 2:
-        model = BPParser.from_first_order(first, {f: tuple(default_second_order([f])) for f in families},
-                                          options.second_dim, prune=True)
-        bp = BPConfig(max_iterations=options.bp_iterations, schedule="serial")
-        # approximation-aware models are chosen (and scored) with the BP iterations they were trained for
-        inference = bp if options.objective != "cll" else BPConfig()  # BP's defaults for the others
-
-        def dev_uas(weights: np.ndarray) -> float:
-            assert dev is not None  # passed to the trainers only with a dev set
-            saved, model.weights = model.weights, weights
-            try:
-                return attachment(dev, model.parse(dev, inference))["uas"]
-            finally:
-                model.weights = saved
-
-        report("training")
-        warm_start = model.weights.copy()
-
-        def run_second(seed: int, on_batch: Callable[[int, int], None]) -> Any:
-            model.weights = warm_start.copy()  # every run starts from the pruner's weights
-            if options.objective == "cll":
-                return train_surrogate(model, train, replace(config, seed=seed), bp, dev_uas if dev else None,
-                                       progress, on_batch)
-
-            return train_erma(model, train, replace(erma_config(options), seed=seed), bp, dev_uas if dev else None,
-                              progress, on_batch)
-
-        result, runs = train_seeds(run_second, seeds, report.batches("training"))
-        model.weights = result.weights
-        if options.objective == "cll":
-            training = {"objective": "surrogate-cll", "factors": families}
-        else:
-            training = {"objective": options.objective, "factors": families,
-                        "inference_iterations": options.bp_iterations}
-    else:
-        training = {"objective": options.objective}
-    if runs:  # --seeds N: the model's weights are the mean of N runs'
-        if not dev:  # a run's "dev" score is then its negative training loss: not worth recording
-            runs = [{k: v for k, v in r.items() if k != "dev"} for r in runs]
-        training.update(method="mean of the weights of --seeds runs", runs=runs)
+        parser = _train_first_order(data, options, labeler, report, progress)
+        if parser.order == 2:
+            parser = _train_second_order(parser.model, data, options, report, progress)
+    if parser.runs:  # --seeds N: the model's weights are the mean of N runs'
+        runs = parser.runs
+        if not data.dev:  # a run's "dev" score is then its negative training loss: not worth recording
+            runs = parser.runs = [{k: v for k, v in r.items() if k != "dev"} for r in runs]
+        parser.training.update(method="mean of the weights of --seeds runs", runs=runs)
     if "labeler" in options.components:
-        report("training labeler")
-        copies = labeler_samples if train_draws else 0  # draws exist only when the tagger was trained
-        labeler_train = with_tag_copies(train, train_draws) if copies else train
-        parts["labeler"] = LogLinearLabeler.train(labeler_train, dev=dev, seed=options.seed, progress=progress,
-                                                     folds=options.folds, buckets=LABELER_BUCKETS, group=1 + copies)
-        parts["labeler"].info["tag_samples"] = copies
-        model.labeler = parts["labeler"]
+        parts["labeler"] = parser.model.labeler = _train_labeler(data, options, report, progress)
     dev_scores = None
-    if dev:
+    if data.dev:
         report("evaluating")
-
-        def parse(sentences: list[Any], labels: bool = True) -> list[Any]:
-            return model.parse(sentences, labels=labels) if order == 1 else model.parse(sentences, inference,
-                                                                                       labels=labels)
-
-        draws = dev_draws or [[] for _ in dev]
-        dev_scores = attachment(dev, parse_over_tag_samples(dev, draws, parse, model.constraint, model.labeler,
-                                                            lambda copies: parse(copies, labels=False)))
-        if options.tag_samples:
-            dev_scores["tag_samples"] = options.tag_samples
+        dev_scores = _evaluate(parser, data, options)
     extra = extra_manifest() if callable(extra_manifest) else extra_manifest
-    if dev_scores is not None and dev_gold is not dev:
-        assert dev is not None and dev_gold is not None  # dev_scores: there is a dev set
-        dev_scores["upos"] = tag_accuracy(dev_gold, dev)
+    if dev_scores is not None and data.dev_gold is not data.dev:
+        assert data.dev is not None and data.dev_gold is not None  # dev_scores: there is a dev set
+        dev_scores["upos"] = tag_accuracy(data.dev_gold, data.dev)
     report("saving")
+    _save(out_dir, parser, parts, options, provenance, dev_scores, extra)
+    report("done")
+    result = parser.result
+    return {"model": os.fspath(out_dir), "order": parser.order, "components": ["parser", *parts],
+            "best_epoch": result.best_epoch,
+            "seconds": round(result.seconds, 1), "skipped_trees": result.skipped,
+            "interrupted": result.interrupted, "dev": dev_scores, **({"runs": parser.runs} if parser.runs else {})}
 
+
+def _save(out_dir: PathLike, parser: _Parser, parts: dict[str, Any], options: TrainOptions,
+          provenance: dict[str, Any], dev_scores: dict[str, Any] | None, extra: Mapping[str, Any] | None) -> None:
+    """Write the model directory with its manifest."""
+    training, result = parser.training, parser.result
     # the model's inference defaults (engine.inference.settings): its tag samples, and an approximation-aware
     # BP model's iterations, those it was trained through
     inference_block: dict[str, Any] = {"tag_samples": options.tag_samples} if options.tag_samples else {}
     if "inference_iterations" in training:
         inference_block["bp"] = {"iterations": training["inference_iterations"]}
-
-    Pipeline(model, **parts).save(out_dir, {
+    Pipeline(parser.model, **parts).save(out_dir, {
         "name": options.name or Path(out_dir).name,
         "training": {**training, **result.config, **provenance, "skipped_trees": result.skipped,
                      "best_epoch": result.best_epoch, "history": result.history,
@@ -297,8 +376,3 @@ def train_model(
         **({"inference": inference_block} if inference_block else {}),
         **(extra or {}),
     })
-    report("done")
-    return {"model": os.fspath(out_dir), "order": order, "components": ["parser", *parts],
-            "best_epoch": result.best_epoch,
-            "seconds": round(result.seconds, 1), "skipped_trees": result.skipped,
-            "interrupted": result.interrupted, "dev": dev_scores, **({"runs": runs} if runs else {})}

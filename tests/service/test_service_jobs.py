@@ -34,7 +34,7 @@ from service.jobs.store import (
 )
 
 T = TypeVar("T")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture()
@@ -280,6 +280,7 @@ def _leftovers(layout: DataLayout) -> list[str]:
     return sorted(str(p.relative_to(layout.trained_dir)) for p in layout.trained_dir.rglob("*"))
 
 
+@pytest.mark.slow
 def test_scheduler_trains_and_versions_models(layout: DataLayout, treebanks: dict[str, Path],
                                               running: Callable[..., tuple[Scheduler, list[Job]]]) -> None:
     store = JobStore(layout.database)
@@ -343,6 +344,7 @@ def test_uploads_of_terminal_jobs_are_deleted(layout: DataLayout, tmp_path: Path
     assert layout.train_file("queued").is_file() and layout.upload_dir("receiving").is_dir()
 
 
+@pytest.mark.slow
 def test_cancelling_a_running_job(layout: DataLayout, treebanks: dict[str, Path],
                                   running: Callable[..., tuple[Scheduler, list[Job]]]) -> None:
     store = JobStore(layout.database)
@@ -360,6 +362,7 @@ def test_cancelling_a_running_job(layout: DataLayout, treebanks: dict[str, Path]
     assert _leftovers(layout) == []  # no model, no temporary directory
 
 
+@pytest.mark.slow
 def test_failures_never_leave_a_model(layout: DataLayout, treebanks: dict[str, Path],
                                       running: Callable[..., tuple[Scheduler, list[Job]]]) -> None:
     store = JobStore(layout.database)
@@ -395,6 +398,7 @@ def test_failures_never_leave_a_model(layout: DataLayout, treebanks: dict[str, P
     assert _leftovers(layout) == [] and len(finished) == 4
 
 
+@pytest.mark.slow
 def test_worker_command(layout: DataLayout, treebanks: dict[str, Path]) -> None:
     store = JobStore(layout.database)
     _submit(store, layout, "w", treebanks["small"], name="tiny", epochs=1, dim=2**12)

@@ -269,6 +269,7 @@ def test_bp_with_tree(ordered: bool) -> None:
     assert err.mean() < 0.38 and err.max() <= 1.0
 
 
+@pytest.mark.slow
 def test_long_sentence_is_finite_and_fast() -> None:
     """150 words. Measured propagation (best of 5, 2 shared cores): 0.17-0.28 s at n = 150 and 5-10 ms
     at n = 40 (ordered: about twice that); constructor 0.08-0.15 s at n = 150."""

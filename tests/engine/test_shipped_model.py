@@ -10,7 +10,7 @@ from engine.data.conllu_io import read_conllu
 from engine.evaluation.metrics import attachment_scores
 from engine.parser import FirstOrderParser
 
-MODEL = Path(__file__).resolve().parents[1] / "models" / "en_ewt-o1"
+MODEL = Path(__file__).resolve().parents[2] / "models" / "en_ewt-o1"
 
 
 def test_shipped_model_manifest() -> None:
@@ -37,7 +37,7 @@ def test_shipped_model_parses_ewt_dev(ewt_dir: Path) -> None:
     assert scores["ece"] < 0.05
 
 
-PIPELINE = Path(__file__).resolve().parents[1] / "models" / "en_ewt-pipeline"
+PIPELINE = Path(__file__).resolve().parents[2] / "models" / "en_ewt-pipeline"
 
 
 def test_default_model_is_the_full_pipeline() -> None:

@@ -37,6 +37,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory, ewt_dir: Path) -> tuple[Pa
     return tmp / "model", dev, summary
 
 
+@pytest.mark.slow
 def test_pipeline_trains_every_component(trained: tuple[Path, Path, dict]) -> None:
     model, _, summary = trained
     assert summary["components"] == ["parser", "tokenizer", "tagger", "labeler"]
@@ -52,6 +53,7 @@ def test_pipeline_trains_every_component(trained: tuple[Path, Path, dict]) -> No
     assert summary["dev"]["tag_samples"] == 2
 
 
+@pytest.mark.slow
 def test_half_precision_pipeline_parses_like_full_precision(trained: tuple[Path, Path, dict], tmp_path: Path) -> None:
     model, dev, _ = trained
     pipeline = Pipeline.load(model)
@@ -71,6 +73,7 @@ def test_half_precision_pipeline_parses_like_full_precision(trained: tuple[Path,
     assert max(float(np.abs(x.marginals - y.marginals).max()) for x, y in zip(a, b, strict=True)) < 0.05
 
 
+@pytest.mark.slow
 def test_pipeline_parses_raw_text(trained: tuple[Path, Path, dict]) -> None:
     pipeline = Pipeline.load(trained[0])
     sentences = pipeline.tokenize("The dog barked at the mailman. He ran away!")
@@ -83,7 +86,7 @@ def test_pipeline_parses_raw_text(trained: tuple[Path, Path, dict]) -> None:
 
 
 def test_pipeline_without_components_still_loads(tmp_path: Path) -> None:
-    repo_model = Path(__file__).resolve().parents[1] / "models" / "en_ewt-o1"
+    repo_model = Path(__file__).resolve().parents[2] / "models" / "en_ewt-o1"
     pipeline = Pipeline.load(repo_model)
     assert pipeline.components == ["parser"] and pipeline.tokenizer is None
     with pytest.raises(Exception, match="no tokenizer"):
@@ -97,6 +100,7 @@ def test_pipeline_options_reject_a_missing_parser() -> None:
         TrainOptions(components=("parser", "spellchecker"))
 
 
+@pytest.mark.slow
 def test_cli_parse_text_and_untagged_conllu(trained: tuple[Path, Path, dict], tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     model, dev, _ = trained
@@ -114,6 +118,7 @@ def test_cli_parse_text_and_untagged_conllu(trained: tuple[Path, Path, dict], tm
     assert s.forms == ["Dogs", "bark"] and "_" not in s.upos and all(s.deprels)
 
 
+@pytest.mark.slow
 def test_cli_evaluate_predicted_tags_and_from_text(trained: tuple[Path, Path, dict],
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     model, dev, _ = trained
@@ -126,6 +131,7 @@ def test_cli_evaluate_predicted_tags_and_from_text(trained: tuple[Path, Path, di
     assert 0 < ud["las"] <= ud["uas"] <= 100 and ud["gold_words"] == sum(s.n for s in read_conllu(dev))
 
 
+@pytest.mark.slow
 def test_marginals_averaged_over_tag_samples(trained: tuple[Path, Path, dict]) -> None:
     """``parse_over_tag_samples``: the mean of the parses under the best tags and each sample, its MBR tree
     and head probabilities; identical samples change nothing; a sentence without samples keeps its parse."""
@@ -209,6 +215,7 @@ def test_marginals_averaged_over_tag_samples(trained: tuple[Path, Path, dict]) -
         assert a.heads.tolist() == b.heads.tolist() and a.deprels == b.deprels
 
 
+@pytest.mark.slow
 def test_cli_tag_samples(trained: tuple[Path, Path, dict], capsys: pytest.CaptureFixture[str]) -> None:
     model, dev, _ = trained
     assert main(["evaluate", "--model", str(model), "--data", str(dev), "--tags", "predicted", "--json",
@@ -227,11 +234,12 @@ def test_cli_tag_samples(trained: tuple[Path, Path, dict], capsys: pytest.Captur
 
 
 def test_cli_text_needs_a_tokenizer(capsys: pytest.CaptureFixture[str]) -> None:
-    repo_model = Path(__file__).resolve().parents[1] / "models" / "en_ewt-o1"
+    repo_model = Path(__file__).resolve().parents[2] / "models" / "en_ewt-o1"
     assert main(["parse", "--model", str(repo_model), "--text", "Hello there."]) == 2
     assert "no tokenizer" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_average_weights_of_parsers(trained: tuple[Path, Path, dict], tmp_path: Path,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     """``engine average``: the mean of the weights, the components kept, the sources recorded, dev scored;
@@ -285,6 +293,7 @@ def test_average_weights_of_parsers(trained: tuple[Path, Path, dict], tmp_path: 
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.slow
 def test_average_of_one_model_gives_its_parser_other_components(trained: tuple[Path, Path, dict],
                                                                  tmp_path: Path) -> None:
     """``average --models A --components-from B``: A's parser as it is (weights and training record), B's

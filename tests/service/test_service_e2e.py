@@ -124,6 +124,7 @@ def test_e2e_bad_upload_names_the_line(server: tuple[ServerProcess, httpx.Client
     assert c.get("/jobs/" + "0" * 32, headers=AUTH).status_code == 404
 
 
+@pytest.mark.slow
 def test_e2e_training_job_then_parse_with_its_model(server: tuple[ServerProcess, httpx.Client],
                                                     ewt_dir: Path) -> None:
     _, c = server
@@ -158,6 +159,7 @@ def test_e2e_training_job_then_parse_with_its_model(server: tuple[ServerProcess,
     assert c.delete(f"/jobs/{job_id}", headers=AUTH).status_code == 409  # finished jobs cannot be cancelled
 
 
+@pytest.mark.slow
 def test_e2e_cancel_a_running_job(server: tuple[ServerProcess, httpx.Client], ewt_dir: Path) -> None:
     proc, c = server
     train = first_sentences(ewt_dir / "en_ewt-ud-train.conllu", 3000)
@@ -182,6 +184,7 @@ def test_e2e_cancel_a_running_job(server: tuple[ServerProcess, httpx.Client], ew
     assert not (trained / "to-cancel").exists() or not any((trained / "to-cancel").iterdir())
 
 
+@pytest.mark.slow
 def test_e2e_restart_fails_the_job_left_running(tmp_path: Path, ewt_dir: Path) -> None:
     data = tmp_path / "data"
     first = ServerProcess(data, workers=1, node="restart/api", env={"API_KEY": KEY})

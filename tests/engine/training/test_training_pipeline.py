@@ -122,6 +122,7 @@ def test_on_batch_counts_batches_over_all_epochs(toy: Path) -> None:
 
 
 @pytest.mark.parametrize("order", [1, 2])
+@pytest.mark.slow
 def test_seeds_average_the_weights_of_runs_with_consecutive_seeds(tmp_path: Path, ewt_dir: Path, order: int) -> None:
     """``seeds=2`` gives the mean of the weights of the runs with seeds 3 and 4 (for order 2 on one pruner,
     every run starting from it), records each run, and reports progress across both runs."""

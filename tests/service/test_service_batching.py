@@ -143,6 +143,7 @@ def test_a_failing_stacked_parse_is_retried_per_request(client: TestClient,
     assert good == also_good == expected
 
 
+@pytest.mark.slow
 def test_time_budget_503_if_never_started_504_if_started(client: TestClient) -> None:
     state = state_of(client)
     before = metric(client, "parser_dropped_work_total", reason="timeout")

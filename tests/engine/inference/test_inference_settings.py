@@ -19,7 +19,7 @@ from engine.model.store import ModelError
 from engine.pipeline import Pipeline
 from service.schemas import InferenceOptions
 
-O1 = Path(__file__).resolve().parents[1] / "models" / "en_ewt-o1"
+O1 = Path(__file__).resolve().parents[3] / "models" / "en_ewt-o1"
 
 
 def test_defaults_are_the_configs_own() -> None:

@@ -46,6 +46,7 @@ def test_messages_match_brute_force(n: int, scale: float) -> None:
     assert (out[~family.valid] == 0).all()
 
 
+@pytest.mark.slow
 def test_messages_match_brute_force_n4() -> None:
     """16 variables: the largest the oracle enumerates."""
     family = _family(4, seed=4)

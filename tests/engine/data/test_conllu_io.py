@@ -23,7 +23,7 @@ from engine.data.conllu_io import (
     write_conllu,
 )
 
-DATA_DIR = Path(os.environ.get("BP_PARSER_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+DATA_DIR = Path(os.environ.get("BP_PARSER_DATA", Path(__file__).resolve().parents[4] / "shared" / "data"))
 UD_FILES = sorted((DATA_DIR / "ud").glob("*/*.conllu"))
 EWT_DEV = DATA_DIR / "ud" / "en_ewt" / "en_ewt-ud-dev.conllu"
 NO_DATA = f"no treebanks under {DATA_DIR / 'ud'} (set BP_PARSER_DATA to the shared data folder)"
@@ -56,7 +56,9 @@ def _write(tmp_path: Path, text: str, name: str = "in.conllu") -> Path:
 
 
 # -- round trips ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("path", UD_FILES or [pytest.param(None, marks=pytest.mark.skip(reason=NO_DATA))],
+# a training treebank takes seconds to round-trip: the slow part of the suite
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if "-train" in p.name else p
+                                  for p in UD_FILES] or [pytest.param(None, marks=pytest.mark.skip(reason=NO_DATA))],
                          ids=lambda p: p.name if p else "none")
 def test_treebank_round_trip_is_byte_for_byte(path: Path, tmp_path: Path) -> None:
     original = path.read_bytes()

@@ -48,6 +48,7 @@ def _check_cover(text: str, sentences: list[TokenizedSentence]) -> None:
     assert not text[pos:].strip()
 
 
+@pytest.mark.slow
 def test_reproduces_heldout_dev_tokenization(ewt: tuple[Tokenizer, list]) -> None:
     tok, dev = ewt
     text = raw_text(dev)
@@ -59,6 +60,7 @@ def test_reproduces_heldout_dev_tokenization(ewt: tuple[Tokenizer, list]) -> Non
     assert scores["words"] >= MIN_WORDS_F1  # multiword tokens (don't -> do n't) expanded
 
 
+@pytest.mark.slow
 def test_space_after_round_trips(ewt: tuple[Tokenizer, list]) -> None:
     tok, dev = ewt
     aligned = build_text(dev)
@@ -77,6 +79,7 @@ def test_space_after_round_trips(ewt: tuple[Tokenizer, list]) -> None:
     assert no_space == sum(not t.space_after for t in tokens)
 
 
+@pytest.mark.slow
 def test_state_round_trip_gives_identical_output(ewt: tuple[Tokenizer, list], tmp_path: Path) -> None:
     tok, dev = ewt
     meta, arrays = tok.to_state()
@@ -89,6 +92,7 @@ def test_state_round_trip_gives_identical_output(ewt: tuple[Tokenizer, list], tm
     assert again.tokenize(text) == tok.tokenize(text)
 
 
+@pytest.mark.slow
 def test_bad_state_is_refused(ewt: tuple[Tokenizer, list]) -> None:
     tok, _ = ewt
     meta, arrays = tok.to_state()
@@ -102,6 +106,7 @@ def test_bad_state_is_refused(ewt: tuple[Tokenizer, list]) -> None:
         Tokenizer.from_state({**meta, "threshold": 2.0}, arrays)
 
 
+@pytest.mark.slow
 def test_empty_and_unpunctuated_text(ewt: tuple[Tokenizer, list]) -> None:
     tok, _ = ewt
     assert tok.tokenize("") == [] and tok.tokenize(" \n\t\u00a0\u3000 ") == []
@@ -120,6 +125,7 @@ def test_empty_and_unpunctuated_text(ewt: tuple[Tokenizer, list]) -> None:
                                    "x\u0301", "'s", "\t", "\u200b", "www.example.com", ":-)", "3.5", "\u2028",
                                    "\ud83d"]),
                   max_size=60).map("".join))
+@pytest.mark.slow
 def test_any_unicode_text_is_covered(ewt: tuple[Tokenizer, list], text: str) -> None:
     tok, _ = ewt
     out = tok.tokenize(text)
@@ -133,6 +139,7 @@ def test_any_unicode_text_is_covered(ewt: tuple[Tokenizer, list], text: str) -> 
         assert len(re.sub(r"\s", "", forms)) == len(re.sub(r"\s", "", text))
 
 
+@pytest.mark.slow
 def test_long_text_is_cut_into_segments(ewt: tuple[Tokenizer, list], monkeypatch: pytest.MonkeyPatch) -> None:
     tok, dev = ewt
     text = raw_text(dev[:150])

@@ -183,6 +183,7 @@ def ewt_tagger(ewt_dir) -> tuple[Tagger, list]:
     return Tagger.train(train, epochs=4), dev
 
 
+@pytest.mark.slow
 def test_tagger_trained_on_ewt_sample_tags_dev(ewt_tagger) -> None:
     tagger, dev = ewt_tagger
     acc = tagger.accuracy(dev)
@@ -197,6 +198,7 @@ def test_tagger_trained_on_ewt_sample_tags_dev(ewt_tagger) -> None:
         np.testing.assert_allclose(res.xpos_marginals.sum(axis=1), 1.0, atol=1e-9)
 
 
+@pytest.mark.slow
 def test_state_round_trip(ewt_tagger) -> None:
     tagger, dev = ewt_tagger
     meta, arrays_ = tagger.to_state()
@@ -215,6 +217,7 @@ def test_state_round_trip(ewt_tagger) -> None:
         Tagger.from_state(meta, {k: v for k, v in arrays_.items() if k != "udict_keys"})
 
 
+@pytest.mark.slow
 def test_empty_and_single_word_sentences(ewt_tagger) -> None:
     tagger, dev = ewt_tagger
 

@@ -72,7 +72,7 @@ def check_result(scores: np.ndarray, result: list[tuple[float, np.ndarray]], sin
 
 @pytest.mark.parametrize("single_root", ROOT_MODES)
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("n", range(1, 7))
+@pytest.mark.parametrize("n", [*range(1, 6), pytest.param(6, marks=pytest.mark.slow)])
 def test_matches_brute_force(n: int, kind: str, single_root: bool) -> None:
     for seed in range(4):
         scores = make_scores(kind, n, seed)
@@ -85,6 +85,7 @@ def test_matches_brute_force(n: int, kind: str, single_root: bool) -> None:
 
 
 @pytest.mark.parametrize("single_root", ROOT_MODES)
+@pytest.mark.slow
 def test_every_tree_of_six_words(single_root: bool) -> None:
     scores = make_scores("normal", 6, 7)
     trees = all_trees(6, single_root)

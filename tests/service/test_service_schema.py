@@ -86,11 +86,12 @@ def _generated(strategy: object, live_url: str, checks: list[object], failures: 
         try:
             case.validate_response(response, checks=checks)  # type: ignore[arg-type]
         except (AssertionError, FailureGroup) as e:
-            failures.append(f"{case.operation.label} {case.body!r} {case.query!r}: {e}"[:2000])
+            failures.append(f"{case.operation.label} {str(case.body)[:200]!r} {case.query!r}: {e}"[:3000])
 
     return check
 
 
+@pytest.mark.slow
 def test_service_schema_conformance(live_url: str) -> None:
     """For every operation, positive and negative generated cases (hypothesis, a bounded number each):
     no 5xx anywhere, and every schemathesis check passes on the parsing routes."""
@@ -118,6 +119,7 @@ def test_service_schema_conformance(live_url: str) -> None:
     assert all(count >= 8 for count in runs.values()), runs  # both kinds ran for most operations
 
 
+@pytest.mark.slow  # reads what test_service_schema_conformance left in the metrics: selected (and skipped) with it
 def test_service_schema_documents_limits(live_url: str) -> None:
     """Runs after the generated cases: they reached the server, valid and invalid ones."""
     import httpx

@@ -35,7 +35,7 @@ from engine.inference.relaxed import _grown as grown
 from engine.inference.relaxed import _kept as kept
 from engine.inference.relaxed_gain import gain_exceeds
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 O2 = ROOT / "models" / "en_ewt-o2"
 
 
