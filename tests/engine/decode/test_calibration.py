@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-from test_pipeline import trained  # noqa: F401  (the small trained pipeline, a module fixture)
 
 from engine.cli import main
 from engine.decode.calibration import calibrated, calibrated_marginals, check_power, chosen_head_brier, fit_power
@@ -71,7 +70,8 @@ def test_bad_powers_are_refused(bad: object) -> None:
         check_power(bad)
 
 
-def test_calibrate_stores_the_power_and_parse_applies_it(trained: tuple[Path, Path, dict], tmp_path: Path,  # noqa: F811
+@pytest.mark.slow
+def test_calibrate_stores_the_power_and_parse_applies_it(trained: tuple[Path, Path, dict], tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     source, dev, _ = trained
     model = tmp_path / "model"
@@ -95,7 +95,8 @@ def test_calibrate_stores_the_power_and_parse_applies_it(trained: tuple[Path, Pa
     assert scores["model"]["ece"] == pytest.approx(report["ece_after"], abs=1e-4)
 
 
-def test_a_bad_stored_power_is_refused_at_load(trained: tuple[Path, Path, dict], tmp_path: Path) -> None:  # noqa: F811
+@pytest.mark.slow
+def test_a_bad_stored_power_is_refused_at_load(trained: tuple[Path, Path, dict], tmp_path: Path) -> None:
     source, _, _ = trained
     model = tmp_path / "model"
     shutil.copytree(source, model)
