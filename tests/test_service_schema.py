@@ -217,25 +217,72 @@ def test_service_schema_documents_limits(live_url: str) -> None:
 
 def test_schema_matches_service(live_url: str) -> None:
     """What the request schemas admit is what the service accepts: ``{}`` and two inputs at once are invalid
-    in both (oneOf), one input is valid in both, and an integer written 5.0 is an integer in both."""
+    in both (oneOf), one input is valid in both, an integer written 5.0 is an integer in both, tags go with
+    tokens only, and the word and tag rules (not blank, no tab, at most 200 characters, a UPOS tag) hold in both."""
     import httpx
     from jsonschema import Draft202012Validator
 
     doc = httpx.get(live_url + "/openapi.json").json()
+    tags = {"tags": [["NOUN", "VERB"]]}
     cases: list[tuple[dict[str, object], bool]] = [
         ({}, False), ({"text": "Dogs bark.", "tokens": [["Dogs", "bark"]]}, False),
-        ({"text": None, "tokens": None}, False), ({"tokens": [["Dogs", "bark"]], "conllu": None}, True),
-        ({"tokens": [["Dogs", "bark"]], "inference": {"iterations": 5.0}}, True),
-        ({"tokens": [["Dogs", "bark"]], "inference": {"iterations": "5"}}, False)]
+        ({"text": None, "tokens": None}, False), ({"tokens": [["Dogs", "bark"]], "conllu": None, **tags}, True),
+        ({"tokens": [["Dogs", "bark"]], "inference": {"iterations": 5.0}, **tags}, True),
+        ({"tokens": [["Dogs", "bark"]], "inference": {"iterations": "5"}}, False),
+        ({"text": "Dogs bark.", **tags}, False), ({"text": "Dogs bark.", "xpos": [["NNS", "VBP"]]}, False),
+        ({"text": " \u3000\x85"}, False), ({"text": "\u200b"}, True), ({"tokens": [["Dogs", " "]]}, False),
+        ({"tokens": [["Dogs", "b\tark"]]}, False), ({"tokens": [["Dogs", "b" * 201]]}, False),
+        ({"tokens": [["Dogs", "b" * 200]]}, True), ({"tokens": [["Dogs", "bark"]], "tags": [["NOUN", "FOO"]]}, False),
+        ({"tokens": [["Dogs", "bark"]], "tags": [["NOUN", "_"]]}, True), ({"tokens": [[]]}, False),
+        ({"tokens": [["Dogs"]] * 201}, False), ({"tokens": [["Dogs"] * 501]}, False)]
     for route, name in (("/parse", "ParseRequest"), ("/kbest", "KBestRequest"), ("/sample", "SampleRequest")):
         validator = Draft202012Validator({"$ref": f"#/components/schemas/{name}", **doc})
         for body, valid in cases:
+            if route != "/parse" and body.get("tokens") == [["Dogs"] * 501]:
+                continue  # the same for /kbest and /sample at their 150 words (below)
             assert validator.is_valid(body) is valid, (name, body)
-            r = httpx.post(live_url + route, json={**body, "tags": [["NOUN", "VERB"]]} if valid else body,
-                           timeout=60)
+            r = httpx.post(live_url + route, json=body, timeout=60)
             assert (r.status_code == 200) is valid, (route, body, r.text)
             if not valid:
                 assert r.status_code == 422 and r.headers["content-type"].startswith("application/problem+json")
+                assert "rule" not in r.json(), r.json()  # broke the schema, not a rule beyond it
+        long = {"tokens": [["Dogs"] * 151], "inference": {"iterations": 1}}
+        assert validator.is_valid(long) is (route == "/parse")
+        assert (httpx.post(live_url + route, json=long, timeout=60).status_code == 200) is (route == "/parse")
+
+
+def test_whitespace_is_pythons_on_every_code_point() -> None:
+    """The schema's whitespace class (JSON Schema's ``\\s`` is ECMA-262's, another set) is exactly
+    ``str.isspace``, which the service's word checks and the tokenizer use."""
+    import re
+
+    from service.schemas import WHITESPACE
+
+    whitespace = re.compile(f"[{WHITESPACE}]")
+    assert [c for c in range(sys.maxunicode + 1) if chr(c).isspace() != bool(whitespace.fullmatch(chr(c)))] == []
+
+
+def test_limits_in_the_document_are_the_settings(tmp_path: pytest.TempPathFactory) -> None:
+    """The bounds the settings fix reach the document as JSON Schema keywords (``x-limit`` names the setting),
+    at most the model's own bounds; with open /jobs their authentication is documented as optional."""
+    from service_helpers import settings as make_settings
+
+    from service.app import create_app
+
+    doc = create_app(make_settings(tmp_path, max_sentences=7, max_words=9, max_words_kbest=4, max_k=500,  # type: ignore[arg-type]
+                                   max_n=5, max_iterations=3, allow_open_jobs=True)).openapi()
+    schemas = doc["components"]["schemas"]
+    tokens = schemas["ParseRequest"]["properties"]["tokens"]["anyOf"][0]
+    assert (tokens["maxItems"], tokens["items"]["maxItems"]) == (7, 9)
+    assert schemas["KBestRequest"]["properties"]["tokens"]["anyOf"][0]["items"]["maxItems"] == 4
+    assert schemas["KBestRequest"]["properties"]["k"]["maximum"] == 100  # the request model's own bound is lower
+    assert schemas["SampleRequest"]["properties"]["n"]["maximum"] == 5
+    assert schemas["InferenceOptions"]["properties"]["iterations"]["anyOf"][0]["maximum"] == 3
+    assert schemas["SingleTaggingOptions"]["properties"]["tag_samples"]["anyOf"][0]["maximum"] == 0
+    query = {p["name"]: p["schema"] for p in doc["paths"]["/marginals"]["get"]["parameters"]}
+    assert query["tokens"]["maxItems"] == 9
+    assert doc["paths"]["/jobs"]["post"]["security"] == [{}, {"HTTPBearer": []}]
+    assert doc["paths"]["/jobs"]["post"]["x-beyond-schema"].keys() == {"job-config", "treebank", "idempotency-key"}
 
 
 def test_errors_documented_as_problems(live_url: str) -> None:
