@@ -123,8 +123,15 @@ def _accepted(job: Any, status: int = 202) -> JSONResponse:
                         headers={"Location": f"/jobs/{public['id']}"})
 
 
-@router.post("/jobs", status_code=202, response_model=JobAccepted, openapi_extra=beyond_schema(
-        "job-config", "treebank", "idempotency-key"), responses={
+EXAMPLE_TREEBANK = ("1\tDogs\t_\tNOUN\tNNS\t_\t2\tnsubj\t_\t_\n2\tbark\t_\tVERB\tVBP\t_\t0\troot\t_\t_\n\n"
+                    "1\tCats\t_\tNOUN\tNNS\t_\t2\tnsubj\t_\t_\n2\tsleep\t_\tVERB\tVBP\t_\t0\troot\t_\t_\n\n")
+"""A training set small enough for the document's example (a real one has thousands of sentences)."""
+JOB_EXAMPLE = {"requestBody": {"content": {"multipart/form-data": {"example": {
+    "train": EXAMPLE_TREEBANK, "config": json.dumps({"name": "example", "epochs": 1, "components": ["parser"]})}}}}}
+
+
+@router.post("/jobs", status_code=202, response_model=JobAccepted, openapi_extra={**beyond_schema(
+        "job-config", "treebank", "idempotency-key"), **JOB_EXAMPLE}, responses={
     400: {"model": Problem, "description": "a body that is not multipart/form-data"},
     413: {"model": Problem, "description": "upload too large"},
     422: {"model": Problem, "description": "bad CoNLL-U (with line) or bad config (with field)"}})
