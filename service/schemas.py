@@ -66,7 +66,6 @@ class InferenceOptions(BaseModel):
         "other routes")
 
 
-
 class SingleTaggingOptions(InferenceOptions):
     """The inference options of /confidence, /kbest and /sample, which parse a single tagging: ``tag_samples`` is 0
     (or left out). The route checks it (``service.routes.parsing``: a 422 that says where tag samples are)."""
@@ -75,6 +74,7 @@ class SingleTaggingOptions(InferenceOptions):
                            WithJsonSchema({"type": "integer", "minimum": 0, "maximum": 0})] | None = Field(
         None, description="0: trees and confidence intervals need a single tagging (tag samples are on /parse "
         "and /marginals)")
+
 
 MAX_FORM_CHARS = 200
 """Longest word (tokens, xpos, and the words the tokenizer makes of ``text``), in characters."""
@@ -129,8 +129,10 @@ def _sentences(item: dict[str, JsonValue], words: str) -> WithJsonSchema:
 
 WORD: dict[str, JsonValue] = {"type": "string", "minLength": 1, "maxLength": MAX_FORM_CHARS, "pattern": WORD_PATTERN}
 UPOS: dict[str, JsonValue] = {"type": "string", "enum": UPOS_ENUM}
-TEXT: dict[str, JsonValue] = {"type": "string", "minLength": 1, "maxLength": 100_000, "pattern": TEXT_PATTERN}
-CONLLU: dict[str, JsonValue] = {"type": "string", "minLength": 1, "maxLength": 1_000_000, "format": "conllu"}
+MAX_TEXT_CHARS, MAX_QUERY_TEXT_CHARS, MAX_CONLLU_CHARS = 100_000, 10_000, 1_000_000
+"""Longest ``text`` (in a body, in the query of GET /marginals) and ``conllu``, in characters."""
+TEXT: dict[str, JsonValue] = {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS, "pattern": TEXT_PATTERN}
+CONLLU: dict[str, JsonValue] = {"type": "string", "minLength": 1, "maxLength": MAX_CONLLU_CHARS, "format": "conllu"}
 """``format: conllu`` names the grammar JSON Schema cannot state (``BEYOND_SCHEMA["conllu"]``)."""
 
 INPUTS: dict[str, JsonValue] = {"text": {"type": "string"}, "tokens": {"type": "array"}, "conllu": {"type": "string"}}
@@ -146,8 +148,8 @@ CoNLL-U the model tags the words itself, or the CoNLL-U columns hold the tags)."
 
 class ParseRequest(BaseModel):
     """Exactly one of ``text``, ``tokens`` or ``conllu``. The word rules (not blank, no tab or line break, at most
-    200 characters, UPOS tags from the UD set) are checked by ``service.inputs``, which names the word on a 422;
-    the schema states them."""
+    ``MAX_FORM_CHARS`` characters, UPOS tags from the UD set) are checked by ``service.inputs``, which names the
+    word on a 422; the schema states them."""
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
         "oneOf": ONE_INPUT, "anyOf": TAGS_WITH_TOKENS, "examples": [{
@@ -156,12 +158,12 @@ class ParseRequest(BaseModel):
     }]})
 
     text: Annotated[str, WithJsonSchema(TEXT)] | None = Field(
-        None, max_length=100_000, description="raw text: split into sentences and tokens and tagged by the model "
-        "(needs a model with a tokenizer)")
+        None, max_length=MAX_TEXT_CHARS, description="raw text: split into sentences and tokens and tagged by the "
+        "model (needs a model with a tokenizer)")
     tokens: Annotated[list[list[str]], _sentences(WORD, "max_words")] | None = Field(
         None, description="pre-tokenised sentences, each a list of words")
     conllu: Annotated[str, WithJsonSchema(CONLLU)] | None = Field(
-        None, max_length=1_000_000, description="CoNLL-U; HEAD and DEPREL are ignored")
+        None, max_length=MAX_CONLLU_CHARS, description="CoNLL-U; HEAD and DEPREL are ignored")
     tags: Annotated[list[list[str]], _sentences(UPOS, "max_words")] | None = Field(
         None, description="UPOS per word of each sentence of tokens (optional when the model has a tagger; "
         "needed otherwise)")

@@ -24,6 +24,7 @@ from service.inputs import estimated_words
 from service.parse_batch import Builder, ParseWork
 from service.problems import ProblemError
 from service.schemas import (
+    MAX_QUERY_TEXT_CHARS,
     MODEL_REF,
     TEXT,
     UPOS,
@@ -158,8 +159,8 @@ def _one_sentence(item: dict[str, Any]) -> WithJsonSchema:
 async def marginals_get(
     state: State,
     request: Request,
-    text: Annotated[str | None, Query(max_length=10_000, description="raw text (needs a tokenizer)"),
-                    WithJsonSchema({**TEXT, "maxLength": 10_000})] = None,
+    text: Annotated[str | None, Query(max_length=MAX_QUERY_TEXT_CHARS, description="raw text (needs a tokenizer)"),
+                    WithJsonSchema({**TEXT, "maxLength": MAX_QUERY_TEXT_CHARS})] = None,
     tokens: Annotated[list[str] | None, Query(description="the words of one sentence, repeated"),
                       _one_sentence(WORD)] = None,
     tags: Annotated[list[str] | None, Query(description="UPOS of each word, repeated (with tokens)"),
