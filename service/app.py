@@ -140,7 +140,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                          lifespan=lifespan, swagger_ui_parameters={"validatorUrl": None})
     app.state.service = state
     problems.install(app)
-    openapi.install(app)
+    openapi.install(app, settings)
     for router in (parsing.router, models.router, jobs.router, ops.router):
         app.include_router(router)
     app.add_middleware(JsonContentTypeMiddleware)

@@ -16,17 +16,19 @@ from engine.decode.tag_marginal import TagSequence
 from engine.features.extract import UPOS_TAGS
 from service.problems import ProblemError
 from service.registry import ModelEntry
-from service.schemas import ParseRequest
+from service.schemas import MAX_FORM_CHARS, ParseRequest
 from service.settings import Settings
 
 _BAD_FORM = re.compile(r"[\t\n\r]")
-MAX_FORM_CHARS = 200
 _UPOS = frozenset((*UPOS_TAGS, "_"))
 
 
-def _invalid(detail: str, field: str, **where: int) -> ProblemError:
+def _invalid(detail: str, field: str, rule: str | None = None, **where: int) -> ProblemError:
+    """A 422 naming the field; ``rule`` names the rule broken when JSON Schema cannot state it
+    (``service.schemas.BEYOND_SCHEMA``): without one, the request broke its published schema."""
+    extra = {"rule": rule} if rule else {}
     return ProblemError(422, "Invalid input", detail, kind="invalid-input", field=field, headers=None,
-                        **where)
+                        **extra, **where)
 
 
 def _check_words(words: list[str], field: str, i: int) -> None:
@@ -71,10 +73,10 @@ def _per_sentence(values: list[list[str]] | None, field: str, tokens: list[list[
     if values is None:
         return None
     if len(values) != len(tokens):
-        raise _invalid(f"{field} has {len(values)} sentences, tokens has {len(tokens)}", field)
+        raise _invalid(f"{field} has {len(values)} sentences, tokens has {len(tokens)}", field, "tags-shape")
     for i, (v, t) in enumerate(zip(values, tokens, strict=True)):
         if len(v) != len(t):
-            raise _invalid(f"{field}[{i}] has {len(v)} tags for {len(t)} words", field, sentence=i)
+            raise _invalid(f"{field}[{i}] has {len(v)} tags for {len(t)} words", field, "tags-shape", sentence=i)
         _check_words(v, field, i)
     return values
 
@@ -122,14 +124,15 @@ def checked_sentences(req: ParseRequest, entry: ModelEntry, settings: Settings,
     if total > settings.max_request_words:
         field = "text" if req.text is not None else "tokens" if req.tokens is not None else "conllu"
         raise _invalid(f"the request has {total} words; at most {settings.max_request_words} per request "
-                       "(send the rest in further requests)", field)
+                       "(send the rest in further requests)", field, "request-words")
     return sents
 
 
 def _from_text(text: str, entry: ModelEntry, settings: Settings, max_words: int) -> list[Sentence]:
     if not entry.has_tokenizer:
         raise ProblemError(422, "No tokenizer", f"model {entry.name!r} has no tokenizer, so it cannot parse raw "
-                           "text; send `tokens` (with `tags`) or `conllu`", kind="no-tokenizer", field="text")
+                           "text; send `tokens` (with `tags`) or `conllu`", kind="no-tokenizer", field="text",
+                           rule="model-capability")
     sents = entry.pipeline.tokenize(text)
     if not sents:
         raise _invalid("text holds no words", "text")
@@ -137,12 +140,13 @@ def _from_text(text: str, entry: ModelEntry, settings: Settings, max_words: int)
         for j, form in enumerate(s.forms):
             if len(form) > MAX_FORM_CHARS:
                 raise _invalid(f"word {j} of sentence {i} is longer than {MAX_FORM_CHARS} characters", "text",
-                               sentence=i, word=j)
+                               "text-tokens", sentence=i, word=j)
     if len(sents) > settings.max_sentences:
-        raise _invalid(f"text has {len(sents)} sentences; at most {settings.max_sentences} per request", "text")
+        raise _invalid(f"text has {len(sents)} sentences; at most {settings.max_sentences} per request", "text",
+                       "text-tokens")
     for i, s in enumerate(sents):
         if s.n > max_words:
-            raise _invalid(f"sentence {i} has {s.n} words; at most {max_words}", "text", sentence=i)
+            raise _invalid(f"sentence {i} has {s.n} words; at most {max_words}", "text", "text-tokens", sentence=i)
     return sents
 
 
@@ -165,7 +169,8 @@ def _from_tokens(req: ParseRequest, entry: ModelEntry, settings: Settings, max_w
         _check_tags(tags)
     if tags is None and entry.needs_tags:
         raise ProblemError(422, "Tags needed", f"model {entry.name!r} has no tagger: send `tags` (UPOS per "
-                           "word), or `conllu` with the UPOS column filled", kind="tags-needed", field="tags")
+                           "word), or `conllu` with the UPOS column filled", kind="tags-needed", field="tags",
+                           rule="model-capability")
     text = "".join(_block(w, tags[i] if tags else ["_"] * len(w), xpos[i] if xpos else ["_"] * len(w))
                    for i, w in enumerate(tokens))
     return read_conllu(io.StringIO(text), name="tokens", strict_heads=False)
@@ -177,28 +182,22 @@ def _from_conllu(req: ParseRequest, entry: ModelEntry, settings: Settings, max_w
         sents = read_conllu(io.StringIO(req.conllu), name="conllu", strict_heads=False)
     except ConlluError as e:
         raise ProblemError(422, "Invalid CoNLL-U", e.problem, kind="invalid-conllu", field="conllu",
-                           line=e.line) from e
+                           rule="conllu", line=e.line) from e
     if not sents:
-        raise _invalid("conllu holds no sentences", "conllu")
+        raise _invalid("conllu holds no sentences", "conllu", "conllu")
     if len(sents) > settings.max_sentences:
-        raise _invalid(f"{len(sents)} sentences; at most {settings.max_sentences} per request", "conllu")
+        raise _invalid(f"{len(sents)} sentences; at most {settings.max_sentences} per request", "conllu", "conllu")
     for i, s in enumerate(sents):
         if s.n == 0:
-            raise _invalid(f"sentence {i} (line {s.start_line}) has no words", "conllu", sentence=i,
+            raise _invalid(f"sentence {i} (line {s.start_line}) has no words", "conllu", "conllu", sentence=i,
                            line=s.start_line)
         if s.n > max_words:
-            raise _invalid(f"sentence {i} has {s.n} words; at most {max_words}", "conllu", sentence=i,
+            raise _invalid(f"sentence {i} has {s.n} words; at most {max_words}", "conllu", "conllu", sentence=i,
                            line=s.start_line)
-    if req.tags is not None:
-        for i, s in enumerate(sents):
-            if i >= len(req.tags) or len(req.tags[i]) != s.n:
-                raise _invalid(f"tags[{i}] does not match the {s.n} words of sentence {i}", "tags", sentence=i)
-            _check_words(req.tags[i], "tags", i)
-            s.upos = list(req.tags[i])
     if entry.needs_tags:
         for i, s in enumerate(sents):
             if all(u == "_" for u in s.upos):
                 raise ProblemError(422, "Tags needed", f"sentence {i} has no UPOS tags and model {entry.name!r} "
-                                   "has no tagger: fill the UPOS column or send `tags`", kind="tags-needed",
-                                   field="conllu", sentence=i, line=s.start_line)
+                                   "has no tagger: fill the UPOS column", kind="tags-needed",
+                                   field="conllu", rule="model-capability", sentence=i, line=s.start_line)
     return sents

@@ -30,7 +30,7 @@ def resolve_method(entry: ModelEntry, options: InferenceOptions) -> str:
     if method == "exact" and entry.order != 1:
         raise ProblemError(422, "Inference not available", f"model {entry.name!r} has higher-order factors: exact "
                            "inference is only available for first-order models; use method bp",
-                           kind="not-available", field="inference.method")
+                           kind="not-available", field="inference.method", rule="model-capability")
     return method
 
 

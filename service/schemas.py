@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from annotated_types import Ge, Le
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, WithJsonSchema, model_validator
 
+from engine.features.extract import UPOS_TAGS
 from engine.inference.settings import method_settings
 from engine.pipeline import MAX_TAG_SAMPLES
 
@@ -46,23 +47,22 @@ class InferenceOptions(BaseModel):
     # an optional integer's bounds go on the int, before the validator: on the union (or after the validator) they
     # would reach the schema as "ge" instead of JSON Schema's "minimum"
     iterations: Annotated[int, Ge(_BP["iterations"].spec.minimum), BeforeValidator(_integral)] | None = Field(
-        None, description="BP iterations (bp; relaxed: at most this many per "
-        f"round). Default: the model's, else {_BP['iterations'].default} for bp and "
+        None, json_schema_extra={"x-limit": "max_iterations"}, description="BP iterations (bp; relaxed: at most "
+        f"this many per round). Default: the model's, else {_BP['iterations'].default} for bp and "
         f"{_RELAXED['iterations'].default} per round for relaxed")
     epsilon: float | None = Field(None, ge=_RELAXED["epsilon"].spec.minimum, allow_inf_nan=False,
                                   description="gain threshold of relaxed inference (default: the model's, else "
                                   f"{_RELAXED['epsilon'].default:g})")
     rounds: Annotated[int, Ge(_RELAXED["rounds"].spec.minimum), BeforeValidator(_integral)] | None = Field(
-        None, description="relaxed: at most this many "
+        None, json_schema_extra={"x-limit": "max_rounds"}, description="relaxed: at most this many "
                                "rounds of adding factors (default: the model's, else until no factor's gain "
                                "exceeds epsilon; null: no limit)")
     tag_samples: Annotated[int, Ge(0), Le(MAX_TAG_SAMPLES), BeforeValidator(_integral)] | None = Field(
-        None, description="sentences tagged by the model: average the arc "
-        "marginals and the label distributions over the best tags and this many tag sequences drawn from the "
-        "tagger's posterior (head and label probabilities that account for tagging uncertainty; one more parse "
-        "per distinct sequence; /parse, /marginals and /confidence only, which then agree on every head and "
-        "probability; at most the service's max_tag_samples). Default: the model's (GET /models), 0 on /kbest "
-        "and /sample")
+        None, json_schema_extra={"x-limit": "max_tag_samples"}, description="sentences tagged by the model: "
+        "average the arc marginals and the label distributions over the best tags and this many tag sequences "
+        "drawn from the tagger's posterior (head and label probabilities that account for tagging uncertainty; "
+        "/parse, /marginals and /confidence only, which then agree on every head and probability; at most the "
+        "service's max_tag_samples). Default: the model's (GET /models), 0 on /kbest and /sample")
     tag_average: Literal["marginals", "potentials"] | None = Field(
         None, description="with tag samples, what is averaged over the tag sequences: marginals (one parse per "
         "distinct sequence) or potentials (one parse per sentence over the factors' potentials averaged across "
@@ -72,29 +72,110 @@ class InferenceOptions(BaseModel):
         "model on development data (GET /models: head_power; the trees do not change); none: the raw marginals")
 
 
+class SingleTaggingOptions(InferenceOptions):
+    """The inference options of /kbest and /sample, which need a single tagging: ``tag_samples`` is 0
+    (or left out). The route checks it (``service.routes.parsing``: a 422 that says where tag samples are)."""
+
+    tag_samples: Annotated[int, Ge(0), BeforeValidator(_integral),
+                           WithJsonSchema({"type": "integer", "minimum": 0, "maximum": 0})] | None = Field(
+        None, description="0: k-best and sampled trees need a single tagging (tag samples are on /parse, "
+        "/marginals and /confidence)")
+
+
+MAX_FORM_CHARS = 200
+"""Longest word (tokens, xpos, and the words the tokenizer makes of ``text``), in characters."""
+WHITESPACE = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+r"""Python's whitespace (``str.isspace``: what ``str.strip`` removes and the tokenizer drops) as a regex class body,
+spelled out because JSON Schema's ``\s`` (ECMA-262) is another set (it has U+FEFF, lacks U+001C-U+001F and U+0085);
+``tests/test_service_schema.py`` checks the two agree on every code point."""
+WORD_PATTERN = rf"^[^\t\n\r]*[^{WHITESPACE}][^\t\n\r]*$"
+"""A word (``tokens``, ``xpos``): not blank, no tab or line break, as ``service.inputs`` checks it."""
+TEXT_PATTERN = rf"[^{WHITESPACE}]"
+"""Raw text holds a character that is not whitespace (the tokenizer makes a word of every other character)."""
+UPOS_ENUM: list[JsonValue] = [*UPOS_TAGS, "_"]
+"""The UPOS tags every model is trained on, and ``_`` for none (``service.inputs`` names them on a 422)."""
+
+BEYOND_SCHEMA: dict[str, str] = {
+    "tags-shape": "tags and xpos have one list per sentence of tokens and one tag per word",
+    "text-tokens": "the words the tokenizer makes of text keep the limits of tokens: at most max_sentences "
+                   "sentences of at most max_words words (max_words_kbest on /kbest and /sample), each word "
+                   f"at most {MAX_FORM_CHARS} characters",
+    "conllu": "conllu is CoNLL-U (10 tab-separated columns, IDs 1, 2, ... per sentence) holding at least one "
+              "sentence, each with at least one word, within the limits of tokens",
+    "request-words": "all sentences together have at most max_request_words words",
+    "model-capability": "the model named (or the default) can do what is asked: text needs a tokenizer, tokens "
+                        "or CoNLL-U without UPOS need a tagger, method exact needs a first-order model "
+                        "(GET /models: components, default_inference)",
+    "one-input": "GET /marginals: exactly one of text or tokens; tags and xpos go with tokens",
+    "job-config": "config is a JSON object valid under the JobConfig schema, naming no shipped model",
+    "treebank": "train and dev are UTF-8 CoNLL-U with at least one sentence, a word in each, a HEAD for every word",
+    "idempotency-key": "an Idempotency-Key already used is sent again with the same files and config",
+}
+"""Rules of a valid request that JSON Schema cannot state (they relate two fields, need a grammar or a tokenizer,
+or depend on the model named). Each operation lists the ones that apply in ``x-beyond-schema``, and a 422 for
+one of them names it in its ``rule`` member; every other 422 means the request broke its JSON Schema."""
+
+
+def beyond_schema(*rules: str) -> dict[str, Any]:
+    """``openapi_extra`` of an operation: the rules beyond its JSON Schema (``BEYOND_SCHEMA``) that apply to it."""
+    return {"x-beyond-schema": {rule: BEYOND_SCHEMA[rule] for rule in rules}}
+
+
+def limit(setting: str, **schema: JsonValue) -> dict[str, JsonValue]:
+    """JSON Schema of a bound that the service's settings fix: ``x-limit`` names the setting, and
+    ``service.openapi`` adds it to the published document as ``maxItems`` (arrays) or ``maximum`` (numbers)."""
+    return {**schema, "x-limit": setting}
+
+
+def _sentences(item: dict[str, JsonValue], words: str) -> WithJsonSchema:
+    """The schema of a list of sentences (at least one), each a list of ``item`` (at most ``words``, a setting)."""
+    return WithJsonSchema(limit("max_sentences", type="array", minItems=1,
+                                items=limit(words, type="array", minItems=1, items=item)))
+
+
+WORD: dict[str, JsonValue] = {"type": "string", "minLength": 1, "maxLength": MAX_FORM_CHARS, "pattern": WORD_PATTERN}
+UPOS: dict[str, JsonValue] = {"type": "string", "enum": UPOS_ENUM}
+MAX_TEXT_CHARS, MAX_QUERY_TEXT_CHARS, MAX_CONLLU_CHARS = 100_000, 10_000, 1_000_000
+"""Longest ``text`` (in a body, in the query of GET /marginals) and ``conllu``, in characters."""
+TEXT: dict[str, JsonValue] = {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS, "pattern": TEXT_PATTERN}
+CONLLU: dict[str, JsonValue] = {"type": "string", "minLength": 1, "maxLength": MAX_CONLLU_CHARS, "format": "conllu"}
+"""``format: conllu`` names the grammar JSON Schema cannot state (``BEYOND_SCHEMA["conllu"]``)."""
+
 INPUTS: dict[str, JsonValue] = {"text": {"type": "string"}, "tokens": {"type": "array"}, "conllu": {"type": "string"}}
 """The three ways to give the sentences; a request gives exactly one of them (and not as null)."""
 ONE_INPUT: list[JsonValue] = [{"required": [name], "properties": {name: schema}} for name, schema in INPUTS.items()]
 """``oneOf`` of the request schemas: ``{}`` and two inputs at once are invalid in the schema as they are in
 ``ParseRequest._one_input`` (a branch holds when its input is present and not null)."""
+TAGS_WITH_TOKENS: list[JsonValue] = [{"required": ["tokens"], "properties": {"tokens": INPUTS["tokens"]}},
+                                     {"properties": {"tags": {"type": "null"}, "xpos": {"type": "null"}}}]
+"""``anyOf`` of the request schemas: ``tags`` and ``xpos`` go with ``tokens`` (``service.inputs``: with text or
+CoNLL-U the model tags the words itself, or the CoNLL-U columns hold the tags)."""
 
 
 class ParseRequest(BaseModel):
-    """Exactly one of ``text``, ``tokens`` or ``conllu``."""
+    """Exactly one of ``text``, ``tokens`` or ``conllu``. The word rules (not blank, no tab or line break, at most
+    ``MAX_FORM_CHARS`` characters, UPOS tags from the UD set) are checked by ``service.inputs``, which names the
+    word on a 422; the schema states them."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"oneOf": ONE_INPUT, "examples": [{
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
+        "oneOf": ONE_INPUT, "anyOf": TAGS_WITH_TOKENS, "examples": [{
         "tokens": [["The", "parser", "tells", "you", "how", "sure", "it", "is", "."]],
         "tags": [["DET", "NOUN", "VERB", "PRON", "ADV", "ADJ", "PRON", "AUX", "PUNCT"]],
     }]})
 
-    text: str | None = Field(None, max_length=100_000, description="raw text: split into sentences and tokens "
-                             "and tagged by the model (needs a model with a tokenizer)")
-    tokens: list[list[str]] | None = Field(None, description="pre-tokenised sentences, each a list of words")
-    conllu: str | None = Field(None, max_length=1_000_000, description="CoNLL-U; HEAD and DEPREL are ignored")
-    tags: list[list[str]] | None = Field(None, description="UPOS per word of each sentence (optional when the "
-                                         "model has a tagger; needed otherwise unless the CoNLL-U has them)")
-    xpos: list[list[str]] | None = Field(None, description="language-specific tags per word (optional; the "
-                                         "shipped English models are about 3 UAS points better with PTB tags)")
+    text: Annotated[str, WithJsonSchema(TEXT)] | None = Field(
+        None, max_length=MAX_TEXT_CHARS, description="raw text: split into sentences and tokens and tagged by the "
+        "model (needs a model with a tokenizer)")
+    tokens: Annotated[list[list[str]], _sentences(WORD, "max_words")] | None = Field(
+        None, description="pre-tokenised sentences, each a list of words")
+    conllu: Annotated[str, WithJsonSchema(CONLLU)] | None = Field(
+        None, max_length=MAX_CONLLU_CHARS, description="CoNLL-U; HEAD and DEPREL are ignored")
+    tags: Annotated[list[list[str]], _sentences(UPOS, "max_words")] | None = Field(
+        None, description="UPOS per word of each sentence of tokens (optional when the model has a tagger; "
+        "needed otherwise)")
+    xpos: Annotated[list[list[str]], _sentences(WORD, "max_words")] | None = Field(
+        None, description="language-specific tags per word of each sentence of tokens (optional; the shipped "
+        "English models are about 3 UAS points better with PTB tags)")
     model: str | None = Field(None, pattern=MODEL_REF, description="model name (default: the service's default)")
     inference: InferenceOptions = Field(default_factory=InferenceOptions)
     output: Literal["json", "conllu"] = Field("json", description="conllu: text/conllu with HeadProb in MISC")
@@ -108,12 +189,35 @@ class ParseRequest(BaseModel):
         return self
 
 
-class KBestRequest(ParseRequest):
-    k: Integer = Field(10, ge=1, le=100, description="number of trees per sentence")
+class MarginalsRequest(ParseRequest):
+    output: Literal["json"] = Field("json", description="JSON only (CoNLL-U output is on /parse)")
 
 
-class SampleRequest(ParseRequest):
-    n: Integer = Field(10, ge=1, le=1000, description="number of sampled trees per sentence")
+class ConfidenceRequest(MarginalsRequest):
+    """The input of /confidence: that of /marginals (tag samples included: /parse's inference)."""
+
+
+class TreesRequest(MarginalsRequest):
+    """The input of /kbest and /sample, whose sentences are at most ``max_words_kbest`` words."""
+
+    inference: SingleTaggingOptions = Field(default_factory=SingleTaggingOptions)
+
+    tokens: Annotated[list[list[str]], _sentences(WORD, "max_words_kbest")] | None = Field(
+        None, description="pre-tokenised sentences, each a list of words")
+    tags: Annotated[list[list[str]], _sentences(UPOS, "max_words_kbest")] | None = Field(
+        None, description="UPOS per word of each sentence of tokens (optional when the model has a tagger)")
+    xpos: Annotated[list[list[str]], _sentences(WORD, "max_words_kbest")] | None = Field(
+        None, description="language-specific tags per word of each sentence of tokens (optional)")
+
+
+class KBestRequest(TreesRequest):
+    k: Integer = Field(10, ge=1, le=100, json_schema_extra={"x-limit": "max_k"},
+                       description="number of trees per sentence")
+
+
+class SampleRequest(TreesRequest):
+    n: Integer = Field(10, ge=1, le=1000, json_schema_extra={"x-limit": "max_n"},
+                       description="number of sampled trees per sentence")
     seed: Annotated[int, Ge(0), Le(2**32 - 1), BeforeValidator(_integral)] | None = Field(
         None, description="seed for reproducible samples")
 

@@ -16,9 +16,10 @@ import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, File, Form, Header, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Header, Security, UploadFile
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
@@ -26,13 +27,18 @@ from engine.data.conllu_io import ConlluError, read_conllu
 from service.jobs.config import JobConfig
 from service.jobs.store import IdempotencyConflict, JobFinished, JobStore
 from service.problems import ProblemError, _field
-from service.schemas import JobAccepted, JobOut, JobsResponse, Problem
+from service.schemas import JobAccepted, JobOut, JobsResponse, Problem, beyond_schema
 from service.state import ServiceState, State
 
 JOB_ID = r"^[0-9a-f]{32}$"
 
 
-def require_key(state: State, authorization: Annotated[str | None, Header()] = None) -> None:
+BEARER = HTTPBearer(auto_error=False, description="the service's API_KEY (`Authorization: Bearer <key>`)")
+"""Documents the /jobs routes' authentication (``securitySchemes``); ``require_key`` checks the key."""
+
+
+def require_key(state: State,
+                credentials: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)] = None) -> None:
     """The API key in ``Authorization: Bearer``; without a configured key, 403 unless jobs were opened."""
     access = state.settings.jobs_access()
     if access == "open":
@@ -42,8 +48,8 @@ def require_key(state: State, authorization: Annotated[str | None, Header()] = N
                            "(set API_KEY, or PARSER_ALLOW_OPEN_JOBS=1 to serve them without a key)",
                            kind="jobs-disabled")
     key = state.settings.api_key or ""
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), key.encode()):
+    token = credentials.credentials if credentials is not None else ""
+    if credentials is None or not secrets.compare_digest(token.strip().encode(), key.encode()):
         raise ProblemError(401, "Unauthorized", "the /jobs routes need `Authorization: Bearer <API key>`",
                            kind="unauthorized", headers={"WWW-Authenticate": 'Bearer realm="jobs"'})
 
@@ -76,17 +82,17 @@ def _validate_treebank(path: Path, field: str) -> int:
         sents = read_conllu(path, name=field)
     except ConlluError as e:
         raise ProblemError(422, "Invalid CoNLL-U", f"{field}: line {e.line}: {e.problem}", kind="invalid-conllu",
-                           field=field, line=e.line) from e
+                           field=field, rule="treebank", line=e.line) from e
     except UnicodeDecodeError as e:
         raise ProblemError(422, "Invalid CoNLL-U", f"{field} is not UTF-8 text ({e.reason} at byte {e.start})",
-                           kind="invalid-conllu", field=field) from e
+                           kind="invalid-conllu", field=field, rule="treebank") from e
     if not sents:
         raise ProblemError(422, "Invalid CoNLL-U", f"{field} holds no sentences", kind="invalid-conllu",
-                           field=field)
+                           field=field, rule="treebank")
     for s in sents:
         if s.n == 0:
             raise ProblemError(422, "Invalid CoNLL-U", f"{field}: line {s.start_line}: sentence has no words",
-                               kind="invalid-conllu", field=field, line=s.start_line)
+                               kind="invalid-conllu", field=field, rule="treebank", line=s.start_line)
     return len(sents)
 
 
@@ -95,19 +101,19 @@ def _parse_config(raw: str | None, state: ServiceState) -> JobConfig:
         data = json.loads(raw) if raw else {}
     except json.JSONDecodeError as e:
         raise ProblemError(422, "Invalid job config", f"config is not valid JSON: {e}", kind="invalid-config",
-                           field="config") from e
+                           field="config", rule="job-config") from e
     if not isinstance(data, dict):
         raise ProblemError(422, "Invalid job config", "config must be a JSON object", kind="invalid-config",
-                           field="config")
+                           field="config", rule="job-config")
     try:
         config = JobConfig.model_validate(data)
     except ValidationError as e:
         errors = [{"field": "config." + _field(("body", *err["loc"])), "message": err["msg"]} for err in e.errors()]
         raise ProblemError(422, "Invalid job config", "; ".join(f"{x['field']}: {x['message']}" for x in errors),
-                           kind="invalid-config", field=errors[0]["field"], errors=errors) from e
+                           kind="invalid-config", field=errors[0]["field"], errors=errors, rule="job-config") from e
     if config.name in state.registry.shipped_names():
         raise ProblemError(422, "Invalid job config", f"{config.name!r} is a shipped model; choose another name",
-                           kind="invalid-config", field="config.name")
+                           kind="invalid-config", field="config.name", rule="job-config")
     return config
 
 
@@ -117,7 +123,16 @@ def _accepted(job: Any, status: int = 202) -> JSONResponse:
                         headers={"Location": f"/jobs/{public['id']}"})
 
 
-@router.post("/jobs", status_code=202, response_model=JobAccepted, responses={
+EXAMPLE_TREEBANK = ("1\tDogs\t_\tNOUN\tNNS\t_\t2\tnsubj\t_\t_\n2\tbark\t_\tVERB\tVBP\t_\t0\troot\t_\t_\n\n"
+                    "1\tCats\t_\tNOUN\tNNS\t_\t2\tnsubj\t_\t_\n2\tsleep\t_\tVERB\tVBP\t_\t0\troot\t_\t_\n\n")
+"""A training set small enough for the document's example (a real one has thousands of sentences)."""
+JOB_EXAMPLE = {"requestBody": {"content": {"multipart/form-data": {"example": {
+    "train": EXAMPLE_TREEBANK, "config": json.dumps({"name": "example", "epochs": 1, "components": ["parser"]})}}}}}
+
+
+@router.post("/jobs", status_code=202, response_model=JobAccepted, openapi_extra={**beyond_schema(
+        "job-config", "treebank", "idempotency-key"), **JOB_EXAMPLE}, responses={
+    400: {"model": Problem, "description": "a body that is not multipart/form-data"},
     413: {"model": Problem, "description": "upload too large"},
     422: {"model": Problem, "description": "bad CoNLL-U (with line) or bad config (with field)"}})
 async def create_job(
@@ -151,7 +166,8 @@ async def create_job(
                                                    idempotency_key, request_hash)
         except IdempotencyConflict as e:
             raise ProblemError(422, "Idempotency key reused", str(e) or "this Idempotency-Key was used for a "
-                               "different request", kind="idempotency-conflict", field="Idempotency-Key") from e
+                               "different request", kind="idempotency-conflict", field="Idempotency-Key",
+                               rule="idempotency-key") from e
         keep = created
         if created and state.scheduler is not None:
             state.scheduler.wake()

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import ValidationError
+from pydantic import ValidationError, WithJsonSchema
 
 from engine.pipeline import MAX_TAG_SAMPLES
 from service import parsing
@@ -24,15 +24,23 @@ from service.inputs import estimated_words
 from service.parse_batch import Builder, ParseWork
 from service.problems import ProblemError
 from service.schemas import (
+    MAX_QUERY_TEXT_CHARS,
     MODEL_REF,
+    TEXT,
+    UPOS,
+    WORD,
+    ConfidenceRequest,
     ConfidenceResponse,
     KBestRequest,
+    MarginalsRequest,
     MarginalsResponse,
     ParseRequest,
     ParseResponse,
     Problem,
     SampleRequest,
     TreesResponse,
+    beyond_schema,
+    limit,
 )
 from service.state import ServiceState, State
 
@@ -61,11 +69,11 @@ async def _run(state: ServiceState, request: Request, req: ParseRequest, build: 
         req = req.model_copy(update={"inference": req.inference.model_copy(update={"tag_samples": default})})
     parsing.resolve_method(entry, req.inference)
     limits = state.settings  # the service's caps; the engine's bounds are the schema's
-    for name, limit in (("iterations", limits.max_iterations), ("rounds", limits.max_rounds),
-                        ("tag_samples", limits.max_tag_samples)):
+    for name, cap in (("iterations", limits.max_iterations), ("rounds", limits.max_rounds),
+                      ("tag_samples", limits.max_tag_samples)):
         value = getattr(req.inference, name)
-        if value is not None and value > limit:
-            raise ProblemError(422, "Invalid input", f"inference.{name} is at most {limit}", kind="invalid-input",
+        if value is not None and value > cap:
+            raise ProblemError(422, "Invalid input", f"inference.{name} is at most {cap}", kind="invalid-input",
                                field=f"inference.{name}")
     if req.output == "conllu" and not conllu_ok:
         raise ProblemError(422, "Invalid input", "output=conllu is available on /parse only", kind="invalid-input",
@@ -120,7 +128,11 @@ async def _outcome(state: ServiceState, request: Request, ticket: Ticket, deadli
                        headers={"Retry-After": str(state.settings.retry_after_seconds)})
 
 
-@router.post("/parse", response_model=ParseResponse, responses={
+BODY_RULES = beyond_schema("tags-shape", "text-tokens", "conllu", "request-words", "model-capability")
+"""The rules of a parsing request JSON Schema cannot state (``service.schemas.BEYOND_SCHEMA``)."""
+
+
+@router.post("/parse", response_model=ParseResponse, openapi_extra=BODY_RULES, responses={
     **ERRORS, 200: {"content": {"text/conllu": {}}, "description": "parsed sentences (JSON or CoNLL-U)"}})
 async def parse(req: ParseRequest, state: State, request: Request) -> Response:
     """The MBR tree of each sentence, every word with its head, label and the head's marginal probability."""
@@ -131,30 +143,46 @@ async def parse(req: ParseRequest, state: State, request: Request) -> Response:
     return JSONResponse(result)
 
 
-@router.post("/marginals", response_model=MarginalsResponse, responses=ERRORS)
-async def marginals_post(req: ParseRequest, state: State, request: Request) -> JSONResponse:
+@router.post("/marginals", response_model=MarginalsResponse, responses=ERRORS, openapi_extra=BODY_RULES)
+async def marginals_post(req: MarginalsRequest, state: State, request: Request) -> JSONResponse:
     """Arc marginals: ``marginals[m-1][h]`` is the probability that word m's head is h (h = 0 is ROOT)."""
     return JSONResponse(await _run(state, request, req, parsing.marginals_json, tag_samples_ok=True))
 
 
-@router.get("/marginals", response_model=MarginalsResponse, responses=ERRORS)
+def _one_sentence(item: dict[str, Any]) -> WithJsonSchema:
+    """The schema of a query parameter repeated once per word of the sentence (at most ``max_words``)."""
+    return WithJsonSchema(limit("max_words", type="array", minItems=1, items=item))
+
+
+@router.get("/marginals", response_model=MarginalsResponse, responses=ERRORS, openapi_extra=beyond_schema(
+    "one-input", "tags-shape", "text-tokens", "request-words", "model-capability"))
 async def marginals_get(
     state: State,
     request: Request,
-    text: Annotated[str | None, Query(max_length=10_000, description="raw text (needs a tokenizer)")] = None,
-    tokens: Annotated[list[str] | None, Query(description="the words of one sentence, repeated")] = None,
-    tags: Annotated[list[str] | None, Query(description="UPOS of each word, repeated")] = None,
-    xpos: Annotated[list[str] | None, Query(description="XPOS of each word, repeated")] = None,
+    text: Annotated[str | None, Query(max_length=MAX_QUERY_TEXT_CHARS, description="raw text (needs a tokenizer)"),
+                    WithJsonSchema({**TEXT, "maxLength": MAX_QUERY_TEXT_CHARS})] = None,
+    tokens: Annotated[list[str] | None, Query(description="the words of one sentence, repeated"),
+                      _one_sentence(WORD)] = None,
+    tags: Annotated[list[str] | None, Query(description="UPOS of each word, repeated (with tokens)"),
+                    _one_sentence(UPOS)] = None,
+    xpos: Annotated[list[str] | None, Query(description="XPOS of each word, repeated (with tokens)"),
+                    _one_sentence(WORD)] = None,
     model: Annotated[str | None, Query(pattern=MODEL_REF)] = None,
     method: Annotated[str | None, Query(pattern="^(exact|bp|relaxed)$")] = None,
-    iterations: Annotated[int | None, Query(ge=1, description="as inference.iterations of POST /marginals")] = None,
+    iterations: Annotated[int | None, Query(ge=1, description="as inference.iterations of POST /marginals",
+                                            json_schema_extra={"x-limit": "max_iterations"})] = None,
     tag_samples: Annotated[int | None, Query(ge=0, le=MAX_TAG_SAMPLES,
-                                             description="as inference.tag_samples of POST /marginals")] = None,
+                                             description="as inference.tag_samples of POST /marginals",
+                                             json_schema_extra={"x-limit": "max_tag_samples"})] = None,
 ) -> JSONResponse:
-    """The same as ``POST /marginals`` for one sentence given in the query string."""
+    """The same as ``POST /marginals`` for one sentence given in the query string: exactly one of ``text`` or
+    ``tokens`` (which a query string's schema cannot say: ``x-beyond-schema``)."""
+    if (text is None) == (tokens is None) or (text is not None and (tags, xpos) != (None, None)):
+        raise ProblemError(422, "Invalid input", "give exactly one of text or tokens; tags and xpos go with tokens",
+                           kind="invalid-input", field="text" if text is not None else "tokens", rule="one-input")
     try:
         # validated as a whole, as the body of POST /marginals is (the inference options arrive as a dict)
-        req = ParseRequest.model_validate({
+        req = MarginalsRequest.model_validate({
             "text": text, "tokens": [tokens] if tokens is not None else None,
             "tags": [tags] if tags is not None else None, "xpos": [xpos] if xpos is not None else None,
             "model": model, "inference": {k: v for k, v in (("method", method), ("iterations", iterations),
@@ -164,15 +192,15 @@ async def marginals_get(
     return JSONResponse(await _run(state, request, req, parsing.marginals_json, tag_samples_ok=True))
 
 
-@router.post("/confidence", response_model=ConfidenceResponse, responses=ERRORS)
-async def confidence(req: ParseRequest, state: State, request: Request) -> JSONResponse:
+@router.post("/confidence", response_model=ConfidenceResponse, responses=ERRORS, openapi_extra=BODY_RULES)
+async def confidence(req: ConfidenceRequest, state: State, request: Request) -> JSONResponse:
     """Each chosen head's probability with the interval of Riedel & Smith (2010) Proposition 2: the same
     inference as ``/parse`` and ``/marginals`` (with the same ``inference.tag_samples`` default), so the heads
     and probabilities are theirs."""
     return JSONResponse(await _run(state, request, req, parsing.confidence_json, tag_samples_ok=True))
 
 
-@router.post("/kbest", response_model=TreesResponse, responses=ERRORS)
+@router.post("/kbest", response_model=TreesResponse, responses=ERRORS, openapi_extra=BODY_RULES)
 async def kbest(req: KBestRequest, state: State, request: Request) -> JSONResponse:
     """The k most probable trees of each sentence, best first, with their log-probabilities."""
     if req.k > state.settings.max_k:
@@ -182,7 +210,7 @@ async def kbest(req: KBestRequest, state: State, request: Request) -> JSONRespon
                                    max_words=state.settings.max_words_kbest))
 
 
-@router.post("/sample", response_model=TreesResponse, responses=ERRORS)
+@router.post("/sample", response_model=TreesResponse, responses=ERRORS, openapi_extra=BODY_RULES)
 async def sample(req: SampleRequest, state: State, request: Request) -> JSONResponse:
     """``n`` trees drawn from each sentence's distribution (reproducible with ``seed``)."""
     if req.n > state.settings.max_n:
