@@ -10,6 +10,8 @@ so each token maps back to its exact input characters (``TokenRange`` in MISC, a
   line break is ordinary whitespace, one space (so text wrapped at any width reads as the unwrapped
   text); any other whitespace character (tab, no-break space, ideographic space, ...) is a space.
   Leading and trailing whitespace is dropped.
+- the view is in NFC, as the treebanks' text is: a letter written decomposed (``e`` + U+0301) is read
+  as one composed character, which maps back to both input characters.
 - invisible format characters that carry no letters (``IGNORED``: soft hyphen, zero-width space, word
   joiner, byte-order mark, bidirectional marks) are left out of the view, so ``infor\\u00admation``
   is the token ``information`` whose range covers the soft hyphen. Joiners that are part of a word or
@@ -25,6 +27,7 @@ training text has none for the classifier to learn from).
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,14 +52,17 @@ _EMOJI = regex.compile(r"[\p{Extended_Pictographic}&&[^\x00-\u22ff]]|\p{Regional
 
 @dataclass
 class TextView:
-    """The view of an input text: ``text`` and ``source[i]``, the input index of view character ``i``
-    (``source[len(text)] == len(input)``)."""
+    """The view of an input text: ``text``, and for each view character ``i`` the input characters
+    ``[first[i], last[i])`` it stands for (one character, or a grapheme cluster that NFC composed)."""
 
     text: str
-    source: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
 
     @classmethod
     def of(cls, text: str) -> TextView:
+        """The view (see the module docstring), in NFC like the treebanks' text: a cluster written
+        decomposed (``e`` + U+0301) is read composed and maps back to all its input characters."""
         pieces: list[str] = []
         sources: list[np.ndarray] = []
         pos = 0
@@ -70,18 +76,41 @@ class TextView:
             sources.append(src)
             pos = b
         pieces.append(text[pos:])
-        sources.append(np.arange(pos, len(text) + 1))
+        sources.append(np.arange(pos, len(text)))
         view = "".join(pieces)
-        if view != view.strip():  # plain spaces at either end (the other gaps were dropped there)
-            lead = len(view) - len(view.lstrip())
-            keep = len(view.rstrip())
-            source = np.concatenate(sources)
-            return cls(view[lead:keep], np.append(source[lead:keep], len(text)))
-        return cls(view, np.concatenate(sources).astype(np.int64))
+        first = np.concatenate(sources).astype(np.int64)
+        lead, keep = len(view) - len(view.lstrip()), len(view.rstrip())  # plain spaces at either end
+        view, first = view[lead:keep], first[lead:keep]
+        if unicodedata.is_normalized("NFC", view):
+            return cls(view, first, first + 1)
+        return cls(*_composed(view, first, first + 1))
 
     def span(self, start: int, end: int) -> tuple[int, int]:
         """Input ``[start, end)`` of the view characters ``[start, end)`` (``end > start``)."""
-        return int(self.source[start]), int(self.source[end - 1]) + 1
+        return int(self.first[start]), int(self.last[end - 1])
+
+
+def _composed(view: str, first: np.ndarray, last: np.ndarray) -> tuple[str, np.ndarray, np.ndarray]:
+    """``view`` in NFC, cluster by cluster (``\\X``); every character of a cluster NFC changed stands for
+    the whole cluster's input characters."""
+    pieces: list[str] = []
+    firsts: list[np.ndarray] = []
+    lasts: list[np.ndarray] = []
+    pos = 0
+    for c in regex.finditer(r"\X", view):
+        s, e = c.span()
+        nfc = unicodedata.normalize("NFC", c.group())
+        if nfc == c.group():
+            continue
+        pieces.append(view[pos:s])
+        firsts += [first[pos:s], np.full(len(nfc), first[s])]
+        lasts += [last[pos:s], np.full(len(nfc), last[e - 1])]
+        pieces.append(nfc)
+        pos = e
+    pieces.append(view[pos:])
+    firsts.append(first[pos:])
+    lasts.append(last[pos:])
+    return "".join(pieces), np.concatenate(firsts).astype(np.int64), np.concatenate(lasts).astype(np.int64)
 
 
 def _replacement(gap: str, at: int, *, at_edge: bool) -> tuple[str, np.ndarray]:
