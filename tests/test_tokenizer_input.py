@@ -122,18 +122,19 @@ def test_cjk_runs(tok: Tokenizer) -> None:
 
 
 def test_decomposed_letters_read_composed(tok: Tokenizer) -> None:
-    decomposed = "Cafe\u0301s and re\u0301sume\u0301s."
+    decomposed = "Cafe\u0301s and re\u0301sume\u0301s. Cafe\u0301"
     sentences = tok.tokenize(decomposed)
     check_cover(decomposed, sentences)
     out = [t for s in sentences for t in s.tokens]
-    assert [t.form for t in out] == ["Caf\u00e9s", "and", "r\u00e9sum\u00e9s", "."]  # NFC, as the treebanks
+    assert [t.form for t in out] == ["Caf\u00e9s", "and", "r\u00e9sum\u00e9s", ".", "Caf\u00e9"]  # NFC
     assert decomposed[out[2].start:out[2].end] == "re\u0301sume\u0301s"
+    assert decomposed[out[4].start:out[4].end] == "Cafe\u0301"  # the range ends after the combining mark
     inside, _ = clusters("e\u0301x")
     assert inside.tolist() == [False, True, False]
 
 
 PIECES = ["Hi", "U.S.", "e-mail", ",", "...", "3.5", "'s", "don't", "Mr.", ".", "?", "\U0001f600", "\u6771\u4eac",
-          "x\u0301", "https://a.b/c", "me@x.org", "(", ")", "\u00ad", "\u200b", "\ufeff", "\u200d", "\ud83d"]
+          "x\u0301", "e\u0301", "https://a.b/c", "me@x.org", "(", ")", "\u00ad", "\u200b", "\ufeff", "\u200d", "\ud83d"]
 SPACES = [" ", " ", " ", "\n", "\r\n", "\t", "\u00a0", "  ", "\n\n", "\r\n\r\n", "\n \n", "\u2028", "\u2029"]
 
 
