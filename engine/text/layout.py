@@ -85,10 +85,6 @@ class TextView:
             return cls(view, first, first + 1)
         return cls(*_composed(view, first, first + 1))
 
-    def span(self, start: int, end: int) -> tuple[int, int]:
-        """Input ``[start, end)`` of the view characters ``[start, end)`` (``end > start``)."""
-        return int(self.first[start]), int(self.last[end - 1])
-
 
 def _composed(view: str, first: np.ndarray, last: np.ndarray) -> tuple[str, np.ndarray, np.ndarray]:
     """``view`` in NFC, cluster by cluster (``\\X``); every character of a cluster NFC changed stands for

@@ -244,11 +244,12 @@ class Tokenizer:
             if a and view.text[a - 1] == "\n":
                 new_paragraph = True
             sent: list[Token] = []
-            for s, e, is_last, par in zip(starts.tolist(), ends.tolist(), last.tolist(), paragraph.tolist(),
-                                          strict=True):
+            first, after = view.first[starts + a].tolist(), view.last[ends + a - 1].tolist()
+            for s, e, is_last, par, i, j in zip(starts.tolist(), ends.tolist(), last.tolist(), paragraph.tolist(),
+                                                first, after, strict=True):
                 space_after = e + a >= len(view.text) or view.text[e + a].isspace()
                 form = piece[s:e]
-                sent.append(Token(form, self.mwt.expand(form), space_after, *view.span(s + a, e + a)))
+                sent.append(Token(form, self.mwt.expand(form), space_after, i, j))
                 if is_last:
                     out.append(TokenizedSentence(_spelled(sent), sent, new_paragraph))
                     sent, new_paragraph = [], par
