@@ -6,13 +6,14 @@ the settings (words per sentence, sentences per request) are checked again in ``
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast, get_args
 
 from annotated_types import Ge, Le
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, model_validator
 
 from engine.inference.settings import method_settings
 from engine.pipeline import MAX_TAG_SAMPLES
+from engine.text.layout import BLANK_LINE_MARKS, DEFAULT_BLANK_LINE
 
 MODEL_REF = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[0-9]{1,9})?$"
 """A model reference: a name, optionally ``@version`` (``my-model@2``); the newest version by default."""
@@ -72,6 +73,11 @@ ONE_INPUT: list[JsonValue] = [{"required": [name], "properties": {name: schema}}
 ``ParseRequest._one_input`` (a branch holds when its input is present and not null)."""
 
 
+BlankLine = Literal["newpar", "newdoc"]
+if get_args(BlankLine) != BLANK_LINE_MARKS:  # the engine's list is the one source; the type spells it for pydantic
+    raise ImportError(f"service.schemas.BlankLine is out of step with engine.text.layout: {BLANK_LINE_MARKS}")
+
+
 class ParseRequest(BaseModel):
     """Exactly one of ``text``, ``tokens`` or ``conllu``."""
 
@@ -82,6 +88,9 @@ class ParseRequest(BaseModel):
 
     text: str | None = Field(None, max_length=100_000, description="raw text: split into sentences and tokens "
                              "and tagged by the model (needs a model with a tokenizer)")
+    blank_line: BlankLine = Field(cast(BlankLine, DEFAULT_BLANK_LINE), description="with text: what a blank "
+                                  "line starts in the CoNLL-U output, a paragraph (# newpar) or a document "
+                                  "(# newdoc); a single line break is a space either way (as parse --blank-line)")
     tokens: list[list[str]] | None = Field(None, description="pre-tokenised sentences, each a list of words")
     conllu: str | None = Field(None, max_length=1_000_000, description="CoNLL-U; HEAD and DEPREL are ignored")
     tags: list[list[str]] | None = Field(None, description="UPOS per word of each sentence (optional when the "

@@ -31,10 +31,23 @@ def test_service_text_field_reads_text_as_the_command_line_does(tmp_path: Path) 
     out = tmp_path / "cli.conllu"
     assert main(["parse", "--model", str(MODELS / "en_ewt"), "--text", TEXT, "--output", str(out)]) == 0
     cli = _layout(out.read_text(encoding="utf-8"))
+    out_doc = tmp_path / "cli-newdoc.conllu"
+    assert main(["parse", "--model", str(MODELS / "en_ewt"), "--text", TEXT, "--output", str(out_doc),
+                 "--blank-line", "newdoc"]) == 0
+    cli_doc = _layout(out_doc.read_text(encoding="utf-8"))
     with running_app(tmp_path / "svc") as client:
         r = client.post("/parse", json={"text": TEXT, "model": "en_ewt", "output": "conllu"})
-    assert r.status_code == 200, r.text
-    assert _layout(r.text) == cli
+        r_doc = client.post("/parse", json={"text": TEXT, "model": "en_ewt", "output": "conllu",
+                                            "blank_line": "newdoc"})
+        wrong = client.post("/parse", json={"tokens": [["Hi"]], "tags": [["INTJ"]], "model": "en_ewt",
+                                            "blank_line": "newdoc"})
+        bad = client.post("/parse", json={"text": TEXT, "blank_line": "newline"})
+    assert r.status_code == 200 and r_doc.status_code == 200, (r.text, r_doc.text)
+    assert _layout(r.text) == cli and _layout(r_doc.text) == cli_doc
+    assert cli_doc.count("# newdoc") == 3  # and nothing else differs:
+    assert [x for x in cli_doc if x != "# newdoc"] == [x for x in cli if x != "# newdoc"]
+    assert wrong.status_code == 422 and wrong.json()["field"] == "blank_line"
+    assert bad.status_code == 422
     assert cli.count("# newpar") == 3 and cli.count("# newdoc") == 1
     tokens = [line.split("\t") for line in cli if not line.startswith("#") and "TokenRange" in line]
     assert len(tokens) >= 15
