@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from text_helpers import check_cover
 
+import engine.text.tokenizer as tokenizer_module
 from engine.data.conllu_io import read_conllu
 from engine.evaluation.ud_align import evaluate_ud, sentences_from_conllu
 from engine.pipeline import Pipeline
@@ -58,6 +59,16 @@ def test_a_blank_line_is_a_paragraph_and_a_sentence_break(tok: Tokenizer) -> Non
     assert blocks[1].startswith("# newdoc\n# newpar\n# sent_id = s2\n")
     with pytest.raises(ValueError):
         Tokenizer.to_conllu(out, blank_line="newline")
+
+
+def test_paragraphs_survive_the_cut_into_segments(tok: Tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = "\n\n".join(f"Paragraph number {k} has words in it. And a second sentence here" for k in range(60))
+    whole = tok.tokenize(text)
+    monkeypatch.setattr(tokenizer_module, "SEGMENT", 300)  # long texts are read in segments cut at blank lines
+    cut = tok.tokenize(text)
+    check_cover(text, cut)
+    assert [s.new_paragraph for s in cut] == [s.new_paragraph for s in whole] == [True, False] * 60
+    assert [[t.form for t in s.tokens] for s in cut] == [[t.form for t in s.tokens] for s in whole]
 
 
 def test_windows_line_endings(tok: Tokenizer) -> None:

@@ -233,7 +233,7 @@ class Tokenizer:
         (``engine.text.layout``): tokens carry their exact input offsets; a blank line ends a paragraph."""
         view = TextView.of(text)
         out: list[TokenizedSentence] = []
-        new_paragraph = True
+        prev_end = 0  # view index after the last token so far
         for a, b in _segments(view.text, SEGMENT):
             piece = view.text[a:b]
             if not piece.strip():
@@ -241,8 +241,8 @@ class Tokenizer:
             arr = TextArrays.of(piece)
             starts, ends = self._spans(arr, piece)
             last, paragraph = self._sentence_ends(arr, starts, ends)
-            if a and view.text[a - 1] == "\n":
-                new_paragraph = True
+            new_paragraph = not out or "\n" in view.text[prev_end:a + int(starts[0])]
+            prev_end = a + int(ends[-1])
             sent: list[Token] = []
             first, after = view.first[starts + a].tolist(), view.last[ends + a - 1].tolist()
             for s, e, is_last, par, i, j in zip(starts.tolist(), ends.tolist(), last.tolist(), paragraph.tolist(),
