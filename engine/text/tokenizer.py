@@ -1,5 +1,10 @@
 """Tokenizer and sentence splitter learned from a treebank's ``# text`` lines, token forms and SpaceAfter.
 
+At inference both classifiers read the input's view (``engine.text.layout``: a single line break is a
+space, a blank line a paragraph break, which always ends a sentence; invisible format characters left
+out; NFC), and each token keeps the input offsets of its characters. Token starts then obey the view's
+constraints (URLs, e-mail addresses and emoji one token each; never inside a grapheme cluster).
+
 Two linear classifiers (``engine.text.linear``), no language-specific rules:
 
 1. Characters. The treebank's running text (``engine.text.treebank_text``) gives every character a
