@@ -37,7 +37,6 @@ BLANK_LINE_MARKS = ("newpar", "newdoc")  # what a blank line starts in the CoNLL
 DEFAULT_BLANK_LINE = "newpar"
 
 IGNORED = "\u00ad\u200b\u2060\ufeff\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-_GAP = re.compile(rf"[\s{IGNORED}]+")
 _ODD_GAP = re.compile(rf"[\s{IGNORED}]{{2,}}|[^\S ]|[{IGNORED}]")  # any gap that is not a run of plain spaces
 _LINE_BREAK = re.compile(r"\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028]")
 _CLOSERS = ".,;:!?'\")]}>\u2019\u201d\u2026"
@@ -163,13 +162,9 @@ def constrain_starts(is_start: np.ndarray, text: str) -> np.ndarray:
     so a character after whitespace keeps its start and every character stays in a token)."""
     out = is_start.copy()
     n = len(text)
-    for s, e in protected_spans(text):
-        out[s + 1:e] = False
-        out[s] = True
-        if e < n and not text[e].isspace():
-            out[e] = True
     inside, emoji = clusters(text)
-    for s, e in emoji:
+    for s, e in emoji + protected_spans(text):  # an emoji inside a URL stays in it
+        out[s + 1:e] = False
         out[s] = True
         if e < n and not text[e].isspace():
             out[e] = True

@@ -66,8 +66,8 @@ _NOT_IN_LINE = re.compile(r"[\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 @dataclass
 class Token:
     """A surface token: ``form`` is the view's text of it (``engine.text.layout``: the input's characters
-    without ignored format characters, inner whitespace as spaces), ``[start, end)`` its exact characters
-    in the input; ``words`` has several entries for a multiword token."""
+    without ignored format characters, inner whitespace as spaces, NFC), ``[start, end)`` its exact
+    characters in the input; ``words`` has several entries for a multiword token."""
 
     form: str
     words: list[str]
