@@ -6,7 +6,9 @@ the CoNLL 2018 aligned evaluation.
 
 The dev text is the documents as ``conllu_to_text.pl`` writes them (sentences of a paragraph joined by a
 space, paragraphs and documents by an empty line), tokenized in one call; the same model is also scored on
-the text with every break a single space (``no_paragraphs``: sentence ends have no layout to lean on).
+the text with every break a single space (``no_paragraphs``: sentence ends have no layout to lean on) and
+on the text with its lines wrapped at 80 characters (``wrapped_80``, as ``conllu_to_text.pl`` writes it; a
+single line break is a space to the tokenizer). The whole pipeline on both layouts: ``bench/text_layout.py``.
 Prints one JSON object: F1 of tokens, sentences and words, training and tokenizing seconds, model size.
 """
 
@@ -55,11 +57,12 @@ def main() -> None:
     text = raw_text(dev)
     dev_scores, seconds = score(tok, dev, text)
     flat_scores, _ = score(tok, dev, raw_text(dev, paragraph_sep=" ", document_sep=" "))
+    wrapped_scores, _ = score(tok, dev, raw_text(dev, width=80))
     _, arrays = tok.to_state()
     result = {
         "command": " ".join(shlex.quote(a) for a in [os.path.basename(sys.executable), *sys.argv]),
         "train": str(args.train), "dev": str(args.dev),
-        "dev_scores": dev_scores, "no_paragraphs": flat_scores,
+        "dev_scores": dev_scores, "no_paragraphs": flat_scores, "wrapped_80": wrapped_scores,
         "train_seconds": round(train_seconds, 1), "tokenize_seconds": round(seconds, 2),
         "dev_characters": len(text), "characters_per_second": round(len(text) / seconds),
         "model_megabytes": round(sum(a.nbytes for a in arrays.values()) / 1e6, 1),

@@ -28,6 +28,7 @@ from engine.inference.bp import SCHEDULES
 from engine.inference.settings import method_settings, resolve
 from engine.model.store import ModelError, file_sha256, update_manifest
 from engine.pipeline import MAX_TAG_SAMPLES, Pipeline
+from engine.text.layout import BLANK_LINE_MARKS, DEFAULT_BLANK_LINE
 from engine.text.treebank_text import raw_text
 from engine.training import options as train_options
 from engine.training.average import average_parsers
@@ -142,12 +143,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="predicted: re-tag the gold-tokenised input with the model's tagger before parsing")
     p.add_argument("--from-text", action="store_true", help="run the whole pipeline from the raw '# text' lines "
                    "and score with the CoNLL 2018 UD alignment (tokens, sentences, words, UPOS, UAS, LAS as F1)")
+    p.add_argument("--wrap", type=int, metavar="WIDTH", help="with --from-text: wrap the text's lines at WIDTH "
+                   "characters (at spaces), as text files and conllu_to_text.pl (80) have it")
     p = sub.add_parser("parse", help="parse CoNLL-U (HEAD/DEPREL are ignored) and write CoNLL-U")
     _add_model_io(p)
     p.add_argument("--input", help="input file (default: stdin)")
     p.add_argument("--input-format", choices=["conllu", "text"], default="conllu",
                    help="conllu (words whose UPOS is '_' are tagged by the model's tagger) or raw text")
     p.add_argument("--text", help="raw text to parse (instead of --input)")
+    p.add_argument("--blank-line", choices=BLANK_LINE_MARKS, default=DEFAULT_BLANK_LINE,
+                   help="raw text: a blank line starts a paragraph (# newpar) or a document (# newdoc); a single "
+                   "line break is a space either way")
     p.add_argument("--retag", action="store_true", help="re-tag every word with the model's tagger")
     p.add_argument("--output", help="output CoNLL-U file (default: stdout)")
     alt = p.add_mutually_exclusive_group()
@@ -291,13 +297,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     _check_tag_samples(args)
     if args.tag_samples and not (args.from_text or args.tags == "predicted"):
         raise UsageError("--tag-samples needs tags predicted by the model: add --tags predicted or --from-text")
+    if args.wrap is not None and (not args.from_text or args.wrap < 1):
+        raise UsageError("--wrap needs --from-text and a positive width")
     _, parse = _load_parser(args)
     _resolve_tag_samples(args)
     gold = read_conllu(args.data)
     check_parsable(gold, args.data)
     if args.from_text:
         try:
-            system = args.pipeline.tokenize(raw_text(gold))
+            system = args.pipeline.tokenize(raw_text(gold, width=args.wrap))
         except ModelError as e:
             raise UsageError(f"{args.model}: {e}") from e
         _, draws = _tagged(args, system, retag=True)
@@ -394,7 +402,7 @@ def _read_input(args: argparse.Namespace) -> tuple[list[Any], str]:
         else:
             text = sys.stdin.read()
         try:
-            return args.pipeline.tokenize(text), "<text>"
+            return args.pipeline.tokenize(text, args.blank_line), "<text>"
         except ModelError as e:
             raise UsageError(f"{args.model}: {e}") from e
     source = args.input or "<stdin>"

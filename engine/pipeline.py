@@ -31,6 +31,7 @@ from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TagSequence, check_t
 from engine.inference.settings import check_manifest
 from engine.model.store import ModelError, load_model
 from engine.parser import FirstOrderParser
+from engine.text.layout import DEFAULT_BLANK_LINE
 
 COMPONENTS = ("tokenizer", "tagger", "parser", "labeler")
 MAX_TAG_SAMPLES = 100  # a model's default number of tag sequences (manifest ``inference.tag_samples``)
@@ -145,12 +146,14 @@ class Pipeline:
         self.parser.save(directory, {**(extra or {}), "components": components}, arrays, half=half)
 
     # -- stages ----------------------------------------------------------------------------------
-    def tokenize(self, text: str) -> list[Sentence]:
-        """Raw text -> sentences of words (multiword tokens expanded; ``# text`` and SpaceAfter kept)."""
+    def tokenize(self, text: str, blank_line: str = DEFAULT_BLANK_LINE) -> list[Sentence]:
+        """Raw text -> sentences of words (multiword tokens expanded; ``# text``, ``# newdoc`` / ``# newpar``
+        (``blank_line``: what a blank line starts), SpaceAfter and TokenRange kept). The command line's
+        ``--input-format text`` and the service's ``text`` field both come here."""
         if self.tokenizer is None:
             raise ModelError("this model has no tokenizer: give tokenised input (CoNLL-U)")
-        blocks = [s.conllu(f"{i}") for i, s in enumerate(self.tokenizer.tokenize(text), start=1)]
-        return read_conllu(io.StringIO("".join(blocks)), name="<text>", strict_heads=False) if blocks else []
+        conllu = self.tokenizer.to_conllu(self.tokenizer.tokenize(text), prefix="", blank_line=blank_line)
+        return read_conllu(io.StringIO(conllu), name="<text>", strict_heads=False) if conllu else []
 
     def tag(self, sentences: Sequence[Sentence], retag: bool = False) -> list[int]:
         """Fill UPOS and XPOS of the sentences that have no UPOS (all of them with ``retag``), in place;

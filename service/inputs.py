@@ -114,8 +114,10 @@ def checked_sentences(req: ParseRequest, entry: ModelEntry, settings: Settings,
             raise _invalid(f"{name} go with tokens (one list per sentence of tokens); with {given} the model "
                            f"tags the words itself" + (" (or give them in the CoNLL-U columns)"
                                                        if given == "conllu" else ""), name)
+    if "blank_line" in req.model_fields_set and req.text is None:
+        raise _invalid("blank_line goes with text (it says what a blank line in the text starts)", "blank_line")
     if req.text is not None:
-        sents = _from_text(req.text, entry, settings, max_words)
+        sents = _from_text(req.text, entry, settings, max_words, req.blank_line)
     elif req.tokens is not None:
         sents = _from_tokens(req, entry, settings, max_words)
     else:
@@ -128,12 +130,13 @@ def checked_sentences(req: ParseRequest, entry: ModelEntry, settings: Settings,
     return sents
 
 
-def _from_text(text: str, entry: ModelEntry, settings: Settings, max_words: int) -> list[Sentence]:
+def _from_text(text: str, entry: ModelEntry, settings: Settings, max_words: int,
+               blank_line: str) -> list[Sentence]:
     if not entry.has_tokenizer:
         raise ProblemError(422, "No tokenizer", f"model {entry.name!r} has no tokenizer, so it cannot parse raw "
                            "text; send `tokens` (with `tags`) or `conllu`", kind="no-tokenizer", field="text",
                            rule="model-capability")
-    sents = entry.pipeline.tokenize(text)
+    sents = entry.pipeline.tokenize(text, blank_line)
     if not sents:
         raise _invalid("text holds no words", "text")
     for i, s in enumerate(sents):

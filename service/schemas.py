@@ -6,7 +6,7 @@ the settings (words per sentence, sentences per request) are checked again in ``
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast, get_args
 
 from annotated_types import Ge, Le
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, WithJsonSchema, model_validator
@@ -14,6 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, W
 from engine.features.extract import UPOS_TAGS
 from engine.inference.settings import method_settings
 from engine.pipeline import MAX_TAG_SAMPLES
+from engine.text.layout import BLANK_LINE_MARKS, DEFAULT_BLANK_LINE, IGNORED
 
 MODEL_REF = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[0-9]{1,9})?$"
 """A model reference: a name, optionally ``@version`` (``my-model@2``); the newest version by default."""
@@ -90,8 +91,10 @@ spelled out because JSON Schema's ``\s`` (ECMA-262) is another set (it has U+FEF
 ``tests/test_service_schema.py`` checks the two agree on every code point."""
 WORD_PATTERN = rf"^[^\t\n\r]*[^{WHITESPACE}][^\t\n\r]*$"
 """A word (``tokens``, ``xpos``): not blank, no tab or line break, as ``service.inputs`` checks it."""
-TEXT_PATTERN = rf"[^{WHITESPACE}]"
-"""Raw text holds a character that is not whitespace (the tokenizer makes a word of every other character)."""
+TEXT_PATTERN = rf"[^{WHITESPACE}{IGNORED}]"
+"""Raw text holds a character that is neither whitespace nor one the tokenizer leaves out
+(``engine.text.layout.IGNORED``: soft hyphens, zero-width and bidirectional marks); it makes a word of every other
+character."""
 UPOS_ENUM: list[JsonValue] = [*UPOS_TAGS, "_"]
 """The UPOS tags every model is trained on, and ``_`` for none (``service.inputs`` names them on a 422)."""
 
@@ -150,6 +153,14 @@ TAGS_WITH_TOKENS: list[JsonValue] = [{"required": ["tokens"], "properties": {"to
                                      {"properties": {"tags": {"type": "null"}, "xpos": {"type": "null"}}}]
 """``anyOf`` of the request schemas: ``tags`` and ``xpos`` go with ``tokens`` (``service.inputs``: with text or
 CoNLL-U the model tags the words itself, or the CoNLL-U columns hold the tags)."""
+BLANK_LINE_WITH_TEXT: list[JsonValue] = [{"required": ["text"], "properties": {"text": INPUTS["text"]}},
+                                         {"not": {"required": ["blank_line"]}}]
+"""``anyOf`` (in ``allOf``) of the request schemas: ``blank_line`` goes with ``text`` (``service.inputs``)."""
+
+
+BlankLine = Literal["newpar", "newdoc"]
+if get_args(BlankLine) != BLANK_LINE_MARKS:  # the engine's list is the one source; the type spells it for pydantic
+    raise ImportError(f"service.schemas.BlankLine is out of step with engine.text.layout: {BLANK_LINE_MARKS}")
 
 
 class ParseRequest(BaseModel):
@@ -158,7 +169,7 @@ class ParseRequest(BaseModel):
     word on a 422; the schema states them."""
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
-        "oneOf": ONE_INPUT, "anyOf": TAGS_WITH_TOKENS, "examples": [{
+        "oneOf": ONE_INPUT, "anyOf": TAGS_WITH_TOKENS, "allOf": [{"anyOf": BLANK_LINE_WITH_TEXT}], "examples": [{
         "tokens": [["The", "parser", "tells", "you", "how", "sure", "it", "is", "."]],
         "tags": [["DET", "NOUN", "VERB", "PRON", "ADV", "ADJ", "PRON", "AUX", "PUNCT"]],
     }]})
@@ -166,6 +177,9 @@ class ParseRequest(BaseModel):
     text: Annotated[str, WithJsonSchema(TEXT)] | None = Field(
         None, max_length=MAX_TEXT_CHARS, description="raw text: split into sentences and tokens and tagged by the "
         "model (needs a model with a tokenizer)")
+    blank_line: BlankLine = Field(cast(BlankLine, DEFAULT_BLANK_LINE), description="with text: what a blank "
+                                  "line starts in the CoNLL-U output, a paragraph (# newpar) or a document "
+                                  "(# newdoc); a single line break is a space either way (as parse --blank-line)")
     tokens: Annotated[list[list[str]], _sentences(WORD, "max_words")] | None = Field(
         None, description="pre-tokenised sentences, each a list of words")
     conllu: Annotated[str, WithJsonSchema(CONLLU)] | None = Field(

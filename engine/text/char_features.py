@@ -202,6 +202,7 @@ def char_features(arr: TextArrays, known: np.ndarray, rows: slice | None = None,
 N_TOKEN_TEMPLATES = 24
 _TOKEN_CODES = _template_codes("toksent:", N_TOKEN_TEMPLATES)
 START_OF_TEXT, END_OF_TEXT = 6, 5
+ONE_LINE_BREAK, LINE_BREAKS = 3, 4  # gap categories of whitespace holding line breaks
 
 
 def gap_categories(arr: TextArrays, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -213,7 +214,8 @@ def gap_categories(arr: TextArrays, starts: np.ndarray, ends: np.ndarray) -> np.
     if t > 1:
         gl = starts[1:] - ends[:-1]
         gnl = nl[starts[1:]] - nl[ends[:-1]]
-        out[:-1] = np.select([gl == 0, (gnl == 0) & (gl == 1), gnl == 0, gnl == 1], [0, 1, 2, 3], 4)
+        out[:-1] = np.select([gl == 0, (gnl == 0) & (gl == 1), gnl == 0, gnl == 1], [0, 1, 2, ONE_LINE_BREAK],
+                             LINE_BREAKS)
     return out
 
 

@@ -1,5 +1,10 @@
 """Tokenizer and sentence splitter learned from a treebank's ``# text`` lines, token forms and SpaceAfter.
 
+At inference both classifiers read the input's view (``engine.text.layout``: a single line break is a
+space, a blank line a paragraph break, which always ends a sentence; invisible format characters left
+out; NFC), and each token keeps the input offsets of its characters. Token starts then obey the view's
+constraints (URLs, e-mail addresses and emoji one token each; never inside a grapheme cluster).
+
 Two linear classifiers (``engine.text.linear``), no language-specific rules:
 
 1. Characters. The treebank's running text (``engine.text.treebank_text``) gives every character a
@@ -34,13 +39,17 @@ import numpy as np
 
 from engine.data.conllu_io import Sentence
 from engine.text.char_features import (
+    LINE_BREAKS,
     N_CHAR_TEMPLATES,
     N_TOKEN_TEMPLATES,
+    ONE_LINE_BREAK,
     TextArrays,
     char_features,
     chunks,
+    gap_categories,
     token_features,
 )
+from engine.text.layout import BLANK_LINE_MARKS, DEFAULT_BLANK_LINE, TextView, constrain_starts
 from engine.text.linear import HashedLogLinear
 from engine.text.mwt import MultiwordExpander
 from engine.text.treebank_text import build_text
@@ -56,7 +65,9 @@ _NOT_IN_LINE = re.compile(r"[\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 @dataclass
 class Token:
-    """A surface token: ``text[start:end] == form``; ``words`` has several entries for a multiword token."""
+    """A surface token: ``form`` is the view's text of it (``engine.text.layout``: the input's characters
+    without ignored format characters, inner whitespace as spaces, NFC), ``[start, end)`` its exact
+    characters in the input; ``words`` has several entries for a multiword token."""
 
     form: str
     words: list[str]
@@ -67,19 +78,23 @@ class Token:
 
 @dataclass
 class TokenizedSentence:
-    """A sentence: its text (``text[first.start:last.end]`` of the input) and its tokens (offsets into the
-    whole input text)."""
+    """A sentence: its text (the forms joined as SpaceAfter says), its tokens (offsets into the whole input
+    text) and whether it begins a paragraph (a blank line before it, or the start of the input)."""
 
     text: str
     tokens: list[Token] = field(default_factory=list)
+    new_paragraph: bool = False
 
-    def conllu(self, sent_id: str) -> str:
-        """A CoNLL-U block (ending with its blank line): ``# sent_id``, ``# text``, a range line per
-        multiword token, one line per word with FORM (other columns ``_``), ``SpaceAfter=No`` in MISC."""
-        lines = [f"# sent_id = {_NOT_IN_LINE.sub(' ', sent_id)}", f"# text = {_NOT_IN_LINE.sub(' ', self.text)}"]
+    def conllu(self, sent_id: str, marks: Sequence[str] = ()) -> str:
+        """A CoNLL-U block (ending with its blank line): ``# newdoc`` / ``# newpar`` for ``marks``,
+        ``# sent_id``, ``# text``, a range line per multiword token, one line per word with FORM (other
+        columns ``_``), and in the token's MISC ``SpaceAfter=No`` and ``TokenRange=start:end`` (input
+        character offsets, end exclusive, as UDPipe writes them)."""
+        lines = [f"# {mark}" for mark in marks]
+        lines += [f"# sent_id = {_NOT_IN_LINE.sub(' ', sent_id)}", f"# text = {_NOT_IN_LINE.sub(' ', self.text)}"]
         k = 1
         for tok in self.tokens:
-            misc = "_" if tok.space_after else "SpaceAfter=No"
+            misc = ("" if tok.space_after else "SpaceAfter=No|") + f"TokenRange={tok.start}:{tok.end}"
             form = _NOT_IN_LINE.sub(" ", tok.form)
             if len(tok.words) > 1:
                 lines.append(f"{k}-{k + len(tok.words) - 1}\t{form}\t_\t_\t_\t_\t_\t_\t_\t{misc}")
@@ -90,6 +105,11 @@ class TokenizedSentence:
                 lines.append(f"{k}\t{form}\t_\t_\t_\t_\t_\t_\t_\t{misc}")
                 k += 1
         return "\n".join(lines) + "\n\n"
+
+
+def _spelled(tokens: Sequence[Token]) -> str:
+    """The text of a sentence's tokens: forms joined by a space where SpaceAfter says so."""
+    return "".join(t.form + (" " if t.space_after and k + 1 < len(tokens) else "") for k, t in enumerate(tokens))
 
 
 def char_labels(n: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -181,8 +201,8 @@ class Tokenizer:
         return np.concatenate([self.chars.probabilities(char_features(arr, self.known, slice(a, a + _BLOCK), bounds))
                                for a in range(0, arr.n, _BLOCK)])
 
-    def _spans(self, arr: TextArrays) -> tuple[np.ndarray, np.ndarray]:
-        """Token ``starts``, ``ends`` of a text that has some non-whitespace character."""
+    def _spans(self, arr: TextArrays, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """Token ``starts``, ``ends`` of a view ``text`` that has some non-whitespace character."""
         n = arr.n
         p = self._char_probabilities(arr)
         sp = arr.space
@@ -197,41 +217,63 @@ class Tokenizer:
         joined = inner & (bad[re_] == bad[rs]) & (p[nxt, INSIDE] > p[nxt, START])
         after_gap = np.zeros(n, dtype=bool)
         after_gap[re_[~joined & (re_ < n)]] = True
-        starts = np.flatnonzero(~sp & ((idx == 0) | after_gap | (~prev_sp & (p[:, START] >= p[:, INSIDE]))))
+        is_start = ~sp & ((idx == 0) | after_gap | (~prev_sp & (p[:, START] >= p[:, INSIDE])))
+        starts = np.flatnonzero(constrain_starts(is_start, text))
         last_ns = np.maximum.accumulate(np.where(~sp, idx, -1))
         ends = last_ns[np.append(starts[1:] - 1, n - 1)] + 1
         return starts, ends
 
-    def _sentence_ends(self, arr: TextArrays, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    def _sentence_ends(self, arr: TextArrays, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Whether a sentence ends after each token, and whether a paragraph break (a line break in the
+        view) follows it, which always ends the sentence."""
         p = self.sentences.probabilities(token_features(arr, starts, ends))[:, 1]
-        out = p >= self.threshold
+        gap = gap_categories(arr, starts, ends)
+        paragraph = (gap == ONE_LINE_BREAK) | (gap == LINE_BREAKS)
+        out = (p >= self.threshold) | paragraph
         out[-1] = True
-        return out
+        return out, paragraph
 
     def tokenize(self, text: str) -> list[TokenizedSentence]:
-        """Sentences and tokens of ``text`` (any Unicode; ``[]`` if it is empty or only whitespace)."""
+        """Sentences and tokens of ``text`` (any Unicode; ``[]`` if it has no token), read through its view
+        (``engine.text.layout``): tokens carry their exact input offsets; a blank line ends a paragraph."""
+        view = TextView.of(text)
         out: list[TokenizedSentence] = []
-        for a, b in _segments(text, SEGMENT):
-            piece = text[a:b]
+        prev_end = 0  # view index after the last token so far
+        for a, b in _segments(view.text, SEGMENT):
+            piece = view.text[a:b]
             if not piece.strip():
                 continue
             arr = TextArrays.of(piece)
-            starts, ends = self._spans(arr)
-            last = self._sentence_ends(arr, starts, ends)
+            starts, ends = self._spans(arr, piece)
+            last, paragraph = self._sentence_ends(arr, starts, ends)
+            new_paragraph = not out or "\n" in view.text[prev_end:a + int(starts[0])]
+            prev_end = a + int(ends[-1])
             sent: list[Token] = []
-            for s, e, is_last in zip(starts.tolist(), ends.tolist(), last.tolist(), strict=True):
+            first, after = view.first[starts + a].tolist(), view.last[ends + a - 1].tolist()
+            for s, e, is_last, par, i, j in zip(starts.tolist(), ends.tolist(), last.tolist(), paragraph.tolist(),
+                                                first, after, strict=True):
+                space_after = e + a >= len(view.text) or view.text[e + a].isspace()
                 form = piece[s:e]
-                space_after = e + a >= len(text) or text[e + a].isspace()
-                sent.append(Token(form, self.mwt.expand(form), space_after, s + a, e + a))
+                sent.append(Token(form, self.mwt.expand(form), space_after, i, j))
                 if is_last:
-                    out.append(TokenizedSentence(text[sent[0].start:sent[-1].end], sent))
-                    sent = []
+                    out.append(TokenizedSentence(_spelled(sent), sent, new_paragraph))
+                    sent, new_paragraph = [], par
         return out
 
     @staticmethod
-    def to_conllu(sentences: Sequence[TokenizedSentence], prefix: str = "s") -> str:
-        """All sentences as one CoNLL-U text with ids ``{prefix}1``, ``{prefix}2``, ..."""
-        return "".join(s.conllu(f"{prefix}{k}") for k, s in enumerate(sentences, 1))
+    def to_conllu(sentences: Sequence[TokenizedSentence], prefix: str = "s",
+                  blank_line: str = DEFAULT_BLANK_LINE) -> str:
+        """All sentences as one CoNLL-U text with ids ``{prefix}1``, ``{prefix}2``, ...; the input starts a
+        document and a paragraph (``# newdoc``, ``# newpar``), and each paragraph after a blank line starts
+        a paragraph, or a document too when ``blank_line`` is ``newdoc``."""
+        if blank_line not in BLANK_LINE_MARKS:
+            raise ValueError(f"blank_line must be one of {', '.join(BLANK_LINE_MARKS)}, got {blank_line!r}")
+        blocks = []
+        for k, s in enumerate(sentences, 1):
+            marks = ("newdoc", "newpar") if k == 1 or (s.new_paragraph and blank_line == "newdoc") else \
+                ("newpar",) if s.new_paragraph else ()
+            blocks.append(s.conllu(f"{prefix}{k}", marks))
+        return "".join(blocks)
 
     # ------------------------------------------------------------------ persistence
     def to_state(self) -> tuple[dict, dict[str, np.ndarray]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import random
 import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -149,7 +150,16 @@ def build_text(
     return AlignedText("".join(parts), all_spans, all_gold)
 
 
-def raw_text(sentences: Sequence[Sentence], *, paragraph_sep: str = "\n\n", document_sep: str = "\n\n") -> str:
+def raw_text(sentences: Sequence[Sentence], *, paragraph_sep: str = "\n\n", document_sep: str = "\n\n",
+             width: int | None = None) -> str:
     """The text to give a tokenizer for raw-text evaluation (by default paragraphs and documents separated
-    by an empty line); its non-whitespace characters are exactly those of the gold tokens."""
-    return build_text(sentences, paragraph_seps=(paragraph_sep,), document_sep=document_sep).text
+    by an empty line, each paragraph on one line); its non-whitespace characters are exactly those of the
+    gold tokens. ``width``: every line wrapped at that many characters, at spaces only, as text files and
+    ``conllu_to_text.pl`` (80 characters) have it (``textwrap``, without breaking words or hyphens)."""
+    text = build_text(sentences, paragraph_seps=(paragraph_sep,), document_sep=document_sep).text
+    if width is None:
+        return text
+    if width < 1:
+        raise ValueError(f"width must be positive, got {width}")
+    return "\n".join(textwrap.fill(line, width, break_long_words=False, break_on_hyphens=False)
+                     for line in text.split("\n"))

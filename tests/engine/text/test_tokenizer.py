@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from text_helpers import check_cover, seen
 
 import engine.text.tokenizer as tokenizer_module
 from engine.data.conllu_io import read_conllu
 from engine.evaluation.ud_align import evaluate_ud, sentences_from_conllu
 from engine.text.mwt import MultiwordExpander
-from engine.text.tokenizer import TokenizedSentence, Tokenizer
+from engine.text.tokenizer import Tokenizer
 from engine.text.treebank_text import GoldToken, build_text, raw_text
 
 TRAIN_SENTENCES = 3000  # a fixed prefix of EWT train keeps training under ~15 s
@@ -35,25 +36,12 @@ def _squeeze(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
-def _check_cover(text: str, sentences: list[TokenizedSentence]) -> None:
-    """Tokens are in order, non-overlapping, spell ``text[start:end]`` and cover every non-space character."""
-    pos = 0
-    for sent in sentences:
-        assert sent.tokens and sent.text == text[sent.tokens[0].start:sent.tokens[-1].end]
-        for tok in sent.tokens:
-            assert pos <= tok.start < tok.end and text[tok.start:tok.end] == tok.form
-            assert not text[pos:tok.start].strip() and tok.form == tok.form.strip()
-            assert tok.words and all(tok.words)
-            pos = tok.end
-    assert not text[pos:].strip()
-
-
 @pytest.mark.slow
 def test_reproduces_heldout_dev_tokenization(ewt: tuple[Tokenizer, list]) -> None:
     tok, dev = ewt
     text = raw_text(dev)
     out = tok.tokenize(text)
-    _check_cover(text, out)
+    check_cover(text, out)
     scores = evaluate_ud(dev, sentences_from_conllu(tok.to_conllu(out)))
     assert scores["tokens"] >= MIN_TOKENS_F1
     assert scores["sentences"] >= MIN_SENTENCES_F1
@@ -129,14 +117,14 @@ def test_empty_and_unpunctuated_text(ewt: tuple[Tokenizer, list]) -> None:
 def test_any_unicode_text_is_covered(ewt: tuple[Tokenizer, list], text: str) -> None:
     tok, _ = ewt
     out = tok.tokenize(text)
-    _check_cover(text, out)
+    check_cover(text, out)
     if out:  # the CoNLL-U is valid and keeps the characters
         system = sentences_from_conllu(tok.to_conllu(out))
         assert len(system) == len(out)
         forms = "".join(t.form for s in out for t in s.tokens)
         lines = [line.split("\t") for s in system for line in s.lines if not line.startswith("#")]
         assert all(len(cols) == 10 for cols in lines)
-        assert len(re.sub(r"\s", "", forms)) == len(re.sub(r"\s", "", text))
+        assert len(re.sub(r"\s", "", forms)) == len(re.sub(r"\s", "", seen(text)))
 
 
 @pytest.mark.slow
@@ -146,13 +134,13 @@ def test_long_text_is_cut_into_segments(ewt: tuple[Tokenizer, list], monkeypatch
     whole = tok.tokenize(text)
     monkeypatch.setattr(tokenizer_module, "SEGMENT", 1000)
     cut = tok.tokenize(text)
-    _check_cover(text, cut)
+    check_cover(text, cut)
     spans = {(t.start, t.end) for s in whole for t in s.tokens}
     spans_cut = {(t.start, t.end) for s in cut for t in s.tokens}
     assert len(spans & spans_cut) > 0.99 * len(spans)
     no_space = "x" * 3000 + " y"  # a run longer than a segment without whitespace still works
     out = tok.tokenize(no_space)
-    _check_cover(no_space, out)
+    check_cover(no_space, out)
 
 
 def _conllu_sentence(tokens: list[tuple[str, list[str], bool]]) -> str:
