@@ -1,4 +1,4 @@
-"""Command-line interface: ``python -m engine {train,average,evaluate,parse,score}``.
+"""Command-line interface: ``python -m engine {train,train-component,average,evaluate,parse,score}``.
 
 Every command reads CoNLL-U through ``engine.data.conllu_io`` and reports problems as one line on
 stderr with exit status 2 (bad input) instead of a traceback.
@@ -27,10 +27,11 @@ from engine.evaluation.ud_align import evaluate_ud
 from engine.inference.bp import SCHEDULES
 from engine.inference.settings import method_settings, resolve
 from engine.model.store import ModelError
-from engine.pipeline import MAX_TAG_SAMPLES, Pipeline
+from engine.pipeline import MAX_TAG_SAMPLES, SAVED_COMPONENTS, Pipeline
 from engine.text.treebank_text import raw_text
 from engine.training import options as train_options
 from engine.training.average import average_parsers
+from engine.training.morphology import MORPHOLOGY_COMPONENTS, add_components
 from engine.training.pipeline import train_model
 
 log = logging.getLogger("engine")
@@ -45,6 +46,17 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--pruner", help="first-order model for arc pruning and warm start (--order 2); "
                    "default: train one first")
+
+
+def _add_train_component(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train-component", help="train LEMMA/FEATS components and add them to an existing pipeline "
+                       "model (its parser, tagger, tokenizer and labeler are kept as they are)")
+    p.add_argument("components", nargs="+", choices=MORPHOLOGY_COMPONENTS, help="lemmatizer (LEMMA), morph (FEATS)")
+    p.add_argument("--model", required=True, help="pipeline model with a tagger")
+    p.add_argument("--train", required=True, help="training treebank (CoNLL-U) with LEMMA and FEATS")
+    p.add_argument("--out", help="model directory to write (default: --model, replaced atomically)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def _add_model_io(p: argparse.ArgumentParser) -> None:
@@ -124,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("-v", "--verbose", action="store_true")
     sub = ap.add_subparsers(dest="command", required=True)
     _add_train(sub)
+    _add_train_component(sub)
     _add_average(sub)
     p = sub.add_parser("evaluate", help="parse a treebank and score it against its gold trees")
     _add_model_io(p)
@@ -193,11 +206,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 130 if summary["interrupted"] else 0
 
 
+def cmd_train_component(args: argparse.Namespace) -> int:
+    summary = add_components(args.model, list(dict.fromkeys(args.components)), args.train, args.out or args.model,
+                             seed=args.seed, progress=not args.quiet)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
 def cmd_average(args: argparse.Namespace) -> int:
     _check_tag_samples(args)
     parser = average_parsers(args.models)
     source = Pipeline.load(args.components_from or args.models[0])
-    parts = {name: getattr(source, name) for name in ("tokenizer", "tagger", "labeler")}
+    parts = {name: getattr(source, name) for name in SAVED_COMPONENTS}
     if args.tag_samples and parts["tagger"] is None:
         raise UsageError("--tag-samples needs a tagger: add --components-from PIPELINE")
     if args.tag_samples is not None:
@@ -258,11 +278,18 @@ def _resolve_tag_samples(args: argparse.Namespace, single_tagging: bool = False)
         args.tag_samples = 0 if single_tagging or args.constraint else args.pipeline.default_tag_samples
 
 
-def _system_conllu(sentences: list[Any], parsed: list[Any]) -> list[Any]:
-    """Parsed sentences as CoNLL-U (with predicted tags), read back for the UD evaluation."""
-    text = "".join(format_sentence(s, heads=p.heads, deprels=p.deprels, upos=s.upos, xpos=s.xpos)
-                   for s, p in zip(sentences, parsed, strict=True))
+def _system_conllu(pipeline: Pipeline, sentences: list[Any], parsed: list[Any]) -> list[Any]:
+    """Parsed sentences as CoNLL-U (with predicted tags, and LEMMA and FEATS from the model's components,
+    ``_`` without them), read back for the UD evaluation."""
+    analyses = pipeline.analyse(sentences, [p.deprels for p in parsed])
+    text = "".join(format_sentence(s, heads=p.heads, deprels=p.deprels, upos=s.upos, xpos=s.xpos,
+                                   lemmas=lemmas or ["_"] * s.n, feats=feats or ["_"] * s.n)
+                   for s, p, (lemmas, feats, _) in zip(sentences, parsed, analyses, strict=True))
     return read_conllu(io.StringIO(text), name="<system>", strict_heads=False)
+
+
+# the CoNLL 2018 scores of LEMMA and FEATS that `evaluate` adds on gold tokens (engine.evaluation.ud_align)
+MORPHOLOGY_METRICS = ("lemmas", "ufeats", "alltags", "clas", "mlas", "blex")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -282,12 +309,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         _, draws = _tagged(args, system, retag=True)
         parsed = _parse_tagged(args, parse, system, draws) if system else []
         seconds = time.perf_counter() - start
-        scores = evaluate_ud(gold, _system_conllu(system, parsed))
+        scores = evaluate_ud(gold, _system_conllu(args.pipeline, system, parsed))
         gold_words = sum(s.n for s in gold)
         scores.update({"tag_samples": args.tag_samples, "seconds": round(seconds, 3), "gold_words": gold_words,
                        "words_per_second": round(gold_words / seconds, 1) if seconds > 0 else None})
     else:
-        scores, parsed = _score_gold_tokens(args, parse, gold, predicted=args.tags == "predicted")
+        scores, parsed, inputs = _score_gold_tokens(args, parse, gold, predicted=args.tags == "predicted")
+        system = _system_conllu(args.pipeline, inputs, parsed)
+        ud = evaluate_ud(gold, system)
+        scores.update({m: ud[m] for m in MORPHOLOGY_METRICS})
         seconds = time.perf_counter() - start
         scores["tags"] = args.tags
         scores.update(_inference_summary(parsed))
@@ -306,9 +336,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any], predicted: bool) -> tuple[dict, list]:
+def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any],
+                       predicted: bool) -> tuple[dict, list, list]:
     """Parse the gold-tokenised sentences (re-tagged by the model first if ``predicted``, with
-    ``args.tag_samples``) and score them: UAS, LAS, ECE (and UPOS when re-tagged, ``tag_samples`` used)."""
+    ``args.tag_samples``) and score them: UAS, LAS, ECE (and UPOS when re-tagged, ``tag_samples`` used);
+    returns the scores, the parses and the (re-tagged) input sentences."""
     inputs = copy.deepcopy(gold) if predicted else gold
     tagged, draws = _tagged(args, inputs, retag=True) if predicted else ([], [[] for _ in inputs])
     parsed = _parse_tagged(args, parse, inputs, draws)
@@ -317,7 +349,7 @@ def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any], pr
     if predicted:
         scores["upos"] = tag_accuracy(gold, inputs)
     scores["tag_samples"] = args.tag_samples if tagged else 0
-    return scores, parsed
+    return scores, parsed, inputs
 
 
 def _inference_summary(parsed: list[Any]) -> dict[str, Any]:
@@ -366,11 +398,13 @@ def cmd_parse(args: argparse.Namespace) -> int:
     tagged = set(tagged_order)
     parsed = _parse_tagged(args, parse, sentences, draws) if sentences else []
     labeler = pipeline.parser.labeler
+    analyses = pipeline.analyse(sentences, [p.deprels for p in parsed])
     blocks = []
     for i, (s, p) in enumerate(zip(sentences, parsed, strict=True)):
         tags = (s.upos, s.xpos) if i in tagged else (None, None)
+        morph = _morphology(s, analyses[i][0], analyses[i][1], overwrite=args.retag)
         if args.kbest is None and args.samples is None:
-            blocks.append(_block(s, p, p.heads, p.deprels, tags=tags))
+            blocks.append(_block(s, p, p.heads, p.deprels, tags=tags, morph=morph))
             continue
         if p.distribution is None:
             raise UsageError("--kbest and --samples need a tree distribution: exact inference, or BP with a "
@@ -383,19 +417,33 @@ def cmd_parse(args: argparse.Namespace) -> int:
         for rank, (log_prob, heads) in enumerate(trees, start=1):
             comments = [f"# {key} = {rank}", f"# log_prob = {log_prob:.6f}",
                         f"# distribution = {p.distribution.source}"]
-            blocks.append(_block(s, p, heads, label_arcs(labeler, s, heads)[0], comments, tags=tags))
+            blocks.append(_block(s, p, heads, label_arcs(labeler, s, heads)[0], comments, tags=tags, morph=morph))
     write_conllu(blocks, args.output if args.output else sys.stdout)
     return 0
 
 
+def _morphology(sentence: Any, lemmas: list[str] | None, feats: list[str] | None,
+                overwrite: bool) -> tuple[Any, Any]:
+    """The LEMMA and FEATS values to write (None = keep the input's): the model's where the input has ``_``,
+    or everywhere with ``overwrite`` (``--retag``: a fully predicted analysis)."""
+
+    def fill(predicted: list[str] | None, given: list[str]) -> list[str | None] | None:
+        if predicted is None:
+            return None
+        return [p if overwrite or g == "_" else None for p, g in zip(predicted, given, strict=True)]
+
+    return fill(lemmas, sentence.lemmas), fill(feats, sentence.feats)
+
+
 def _block(sentence: Any, parsed: Any, heads: np.ndarray, deprels: list[str],
-           comments: list[str] | None = None, tags: tuple[Any, Any] = (None, None)) -> str:
-    """A sentence block with the given tree and labels (and predicted ``tags``: UPOS, XPOS), and each
-    head's marginal as HeadProb."""
+           comments: list[str] | None = None, tags: tuple[Any, Any] = (None, None),
+           morph: tuple[Any, Any] = (None, None)) -> str:
+    """A sentence block with the given tree and labels (and predicted ``tags``: UPOS, XPOS; ``morph``:
+    LEMMA, FEATS), and each head's marginal as HeadProb."""
     m = np.arange(1, len(heads))
     probs = parsed.marginals[heads[1:], m]
     text = format_sentence(sentence, heads=heads, deprels=deprels, misc={"HeadProb": [f"{x:.4f}" for x in probs]},
-                           upos=tags[0], xpos=tags[1])
+                           upos=tags[0], xpos=tags[1], lemmas=morph[0], feats=morph[1])
     if not comments:
         return text
     lines = text.split("\n")
@@ -430,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    command = {"train": cmd_train, "average": cmd_average, "evaluate": cmd_evaluate, "parse": cmd_parse,
+    command = {"train": cmd_train, "train-component": cmd_train_component, "average": cmd_average,
+               "evaluate": cmd_evaluate, "parse": cmd_parse,
                "score": cmd_score}[args.command]
     try:
         return command(args)
