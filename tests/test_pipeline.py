@@ -39,13 +39,14 @@ def trained(tmp_path_factory: pytest.TempPathFactory, ewt_dir: Path) -> tuple[Pa
 
 def test_pipeline_trains_every_component(trained: tuple[Path, Path, dict]) -> None:
     model, _, summary = trained
-    assert summary["components"] == ["parser", "tokenizer", "tagger", "labeler"]
+    assert sorted(summary["components"]) == sorted(["parser", "tokenizer", "tagger", "labeler", "lemmatizer", "morph"])
     assert summary["dev"]["upos"] > 70 and summary["dev"]["uas"] > 40
     pipeline = Pipeline.load(model)
-    assert pipeline.components == ["tokenizer", "tagger", "parser", "labeler"]
+    assert pipeline.components == ["tokenizer", "tagger", "parser", "labeler", "lemmatizer", "morph"]
     manifest = json.loads((model / "manifest.json").read_text())
-    assert set(manifest["components"]) == {"tokenizer", "tagger", "labeler"}
-    assert all(name.split(".")[0] in {"weights", "tokenizer", "tagger", "labeler"} for name in manifest["arrays"])
+    assert set(manifest["components"]) == {"tokenizer", "tagger", "labeler", "lemmatizer", "morph"}
+    assert all(name.split(".")[0] in {"weights", "tokenizer", "tagger", "labeler", "lemmatizer", "morph"}
+               for name in manifest["arrays"])
     assert manifest["arrays"]["weights"]["dtype"] == "float16"  # a pipeline is stored at half precision
     # the model's default tag samples, and its dev scores measured with them
     assert manifest["inference"] == {"tag_samples": 2} and pipeline.default_tag_samples == 2
@@ -112,6 +113,30 @@ def test_cli_parse_text_and_untagged_conllu(trained: tuple[Path, Path, dict], tm
     assert main(["parse", "--model", str(model), "--input", str(untagged), "--output", str(out)]) == 0
     (s,) = read_conllu(out)
     assert s.forms == ["Dogs", "bark"] and "_" not in s.upos and all(s.deprels)
+    assert all(x != "_" for x in s.lemmas + s.feats[:1])  # LEMMA and FEATS filled where "_"
+
+
+def test_cli_parse_keeps_given_lemmas_unless_retagged(trained: tuple[Path, Path, dict], tmp_path: Path) -> None:
+    model, _, _ = trained
+    given = tmp_path / "given.conllu"
+    given.write_text("1\tdogs\tDOGGY\tNOUN\tNNS\tFoo=Bar\t_\t_\t_\t_\n2\tbark\t_\tVERB\tVBP\t_\t_\t_\t_\t_\n\n",
+                     encoding="utf-8")
+    out = tmp_path / "out.conllu"
+    assert main(["parse", "--model", str(model), "--input", str(given), "--output", str(out)]) == 0
+    (s,) = read_conllu(out)
+    assert s.lemmas == ["DOGGY", "bark"] and s.feats[0] == "Foo=Bar" and s.feats[1] != "_"
+    assert main(["parse", "--model", str(model), "--input", str(given), "--output", str(out), "--retag"]) == 0
+    (s,) = read_conllu(out)
+    assert s.lemmas == ["dog", "bark"] and s.feats[0] == "Number=Plur"
+
+
+def test_model_without_morphology_writes_underscores(trained: tuple[Path, Path, dict], tmp_path: Path) -> None:
+    pipeline = Pipeline.load(trained[0])
+    pipeline.lemmatizer = pipeline.morph = None
+    pipeline.save(tmp_path / "old")
+    out = tmp_path / "out.conllu"
+    assert main(["parse", "--model", str(tmp_path / "old"), "--text", "Dogs bark.", "--output", str(out)]) == 0
+    assert all(x == "_" for s in read_conllu(out) for x in s.lemmas + s.feats)
 
 
 def test_cli_evaluate_predicted_tags_and_from_text(trained: tuple[Path, Path, dict],
@@ -120,10 +145,13 @@ def test_cli_evaluate_predicted_tags_and_from_text(trained: tuple[Path, Path, di
     assert main(["evaluate", "--model", str(model), "--data", str(dev), "--tags", "predicted", "--json"]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert scores["tags"] == "predicted" and 70 < scores["upos"] <= 100 and scores["uas"] > 40
+    assert 70 < scores["lemmas"] <= 100 and 50 < scores["ufeats"] <= 100
+    assert 0 < scores["mlas"] <= scores["clas"] <= 100 and 0 < scores["blex"] <= scores["clas"]
     assert main(["evaluate", "--model", str(model), "--data", str(dev), "--from-text", "--json"]) == 0
     ud = json.loads(capsys.readouterr().out)
     assert ud["tokens"] > 90 and ud["words"] > 90 and 0 < ud["sentences"] <= 100
     assert 0 < ud["las"] <= ud["uas"] <= 100 and ud["gold_words"] == sum(s.n for s in read_conllu(dev))
+    assert ud["lemmas"] > 70 and ud["ufeats"] > 50 and 0 < ud["mlas"] <= 100 and 0 < ud["blex"] <= 100
 
 
 def test_marginals_averaged_over_tag_samples(trained: tuple[Path, Path, dict]) -> None:
@@ -250,7 +278,7 @@ def test_average_weights_of_parsers(trained: tuple[Path, Path, dict], tmp_path: 
     averaged = Pipeline.load(out)
     expected = (first_weights + second_weights) / 2
     np.testing.assert_allclose(averaged.parser.weights, expected, rtol=2**-10, atol=1e-7)  # float16 storage
-    assert averaged.components == ["tokenizer", "tagger", "parser", "labeler"]
+    assert averaged.components == ["tokenizer", "tagger", "parser", "labeler", "lemmatizer", "morph"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert [s["model"] for s in manifest["training"]["averaged"]] == [model.name, "other"]
     assert {s["train_file"] for s in manifest["training"]["averaged"]} == {"train.conllu"}

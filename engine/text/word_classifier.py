@@ -16,8 +16,10 @@ values seen in training:
 Templates are ``+``-joined atoms: ``lower``, ``form``, ``upos``, ``xpos``, ``s1``..``s9`` (lowercased
 suffixes), ``p1``..``p9`` (prefixes), ``shape`` (``engine.text.shapes``), ``cap`` (case pattern), and
 ``deprel`` (the universal DEPREL, for a component run after the parser), and ``prev_``/``next_`` + an
-atom for the neighbours. The probability reported for a word
-is the classifier's (masked) probability of the value chosen, also for dictionary words.
+atom for the neighbours.
+
+The probability reported for a word is the classifier's (masked) probability of the value chosen, or for a
+dictionary word the share of its entry's training occurrences that had the value (its relative frequency).
 """
 
 from __future__ import annotations
@@ -112,7 +114,8 @@ class WordClassifier:
 
     ``values`` every value seen in training, most frequent first; ``classes`` (K,) the indices in ``values``
     of the classifier's classes; ``upos_labels`` and ``allowed`` (len(upos_labels), K) bool: which classes
-    each UPOS was seen with; ``dict_keys`` sorted uint64 and ``dict_values`` int64 indices into ``values``.
+    each UPOS was seen with; ``dict_keys`` sorted uint64, ``dict_values`` int64 indices into ``values`` and
+    ``dict_shares`` the fraction of the entry's training occurrences that had that value.
     """
 
     templates: tuple[str, ...]
@@ -123,6 +126,7 @@ class WordClassifier:
     model: HashedLogLinear
     dict_keys: np.ndarray
     dict_values: np.ndarray
+    dict_shares: np.ndarray
 
     @classmethod
     def train(cls, sentences: Sequence[Tagged], targets: Sequence[Sequence[str | None]], templates: Sequence[str], *,
@@ -148,12 +152,13 @@ class WordClassifier:
             if t is not None and index[t] in class_of:
                 labels[w] = class_of[index[t]]
                 allowed[upos_id[u], labels[w]] = True
-        dict_keys, dict_values = _build_dictionary(forms, upos, xpos, flat, index, dict_share)
+        dict_keys, dict_values, dict_shares = _build_dictionary(forms, upos, xpos, flat, index, dict_share)
         feats = feature_keys(sentences, templates)
         train = keep & (labels >= 0)
         model = HashedLogLinear.train(feats[train], labels[train], len(classes), epochs=epochs, min_count=min_count,
                                       seed=seed, progress=progress, desc=desc)
-        return cls(tuple(templates), values, classes, upos_labels, allowed, model, dict_keys, dict_values)
+        return cls(tuple(templates), values, classes, upos_labels, allowed, model, dict_keys, dict_values,
+                   dict_shares)
 
     def predict(self, sentences: Sequence[Tagged],
                 applicable: Callable[[list[str]], np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -174,31 +179,32 @@ class WordClassifier:
         probs = softmax(np.where(mask, scores, -np.inf))
         best = probs.argmax(axis=1)
         chosen = self.classes[best]
-        known = self.lookup(forms, upos, xpos)
-        chosen = np.where(known >= 0, known, chosen)
-        class_of = np.full(len(self.values), -1, dtype=np.int64)
-        class_of[self.classes] = np.arange(len(self.classes))
-        k = class_of[chosen]
-        prob = np.where(k >= 0, probs[np.arange(len(forms)), np.maximum(k, 0)], 0.0)
-        return chosen, prob
+        known, share = self.lookup(forms, upos, xpos)
+        return np.where(known >= 0, known, chosen), np.where(known >= 0, share, probs.max(axis=1))
 
-    def lookup(self, forms: Sequence[str], upos: Sequence[str], xpos: Sequence[str]) -> np.ndarray:
-        """Dictionary value of each word (index into ``values``), -1 where the dictionary has none."""
+    def lookup(self, forms: Sequence[str], upos: Sequence[str],
+               xpos: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Dictionary value of each word (index into ``values``, -1 where the dictionary has none) and its share."""
         out = np.full(len(forms), -1, dtype=np.int64)
+        share = np.zeros(len(forms))
         if len(self.dict_keys) == 0:
-            return out
+            return out, share
         for keys in dictionary_keys(forms, upos, xpos):
             at = np.minimum(np.searchsorted(self.dict_keys, keys), len(self.dict_keys) - 1)
             hit = (self.dict_keys[at] == keys) & (out < 0)
             out[hit] = self.dict_values[at[hit]]
-        return out
+            share[hit] = self.dict_shares[at[hit]]
+        return out, share
 
     # -- persistence ----------------------------------------------------------------------------------------
     def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        meta: dict[str, Any] = {"templates": list(self.templates), "values": list(self.values), "upos_labels": list(self.upos_labels)}
-        arrays: dict[str, np.ndarray] = {"classes": self.classes.astype(np.int64), "allowed": self.allowed.astype(np.uint8),
-                  "dict_keys": self.dict_keys.astype(np.uint64), "dict_values": self.dict_values.astype(np.int32),
-                  **self.model.to_arrays("model")}
+        meta: dict[str, Any] = {"templates": list(self.templates), "values": list(self.values),
+                                "upos_labels": list(self.upos_labels)}
+        arrays: dict[str, np.ndarray] = {
+            "classes": self.classes.astype(np.int64), "allowed": self.allowed.astype(np.uint8),
+            "dict_keys": self.dict_keys.astype(np.uint64), "dict_values": self.dict_values.astype(np.int32),
+            "dict_shares": self.dict_shares.astype(np.float16),
+            **self.model.to_arrays("model")}
         return meta, arrays
 
     @classmethod
@@ -213,17 +219,20 @@ class WordClassifier:
         if allowed.shape != (len(upos_labels), len(classes)):
             raise ValueError(f"allowed must have shape ({len(upos_labels)}, {len(classes)}), got {allowed.shape}")
         keys, dvalues = np.asarray(arrays["dict_keys"]), np.asarray(arrays["dict_values"])
+        shares = np.asarray(arrays["dict_shares"], dtype=np.float64)
         if keys.dtype != np.uint64 or keys.shape != dvalues.shape or np.any(keys[1:] <= keys[:-1]):
             raise ValueError("dict_keys must be strictly increasing uint64 with one dict_value each")
+        if shares.shape != keys.shape or not np.all((shares > 0) & (shares <= 1)):
+            raise ValueError("dict_shares must be one share in (0, 1] per dictionary key")
         if len(dvalues) and (dvalues.min() < 0 or dvalues.max() >= len(values)):
             raise ValueError("dict_values must index the values table")
         model = HashedLogLinear.from_arrays(arrays, "model", len(classes))
         return cls(tuple(str(t) for t in meta["templates"]), values, classes.astype(np.int64), upos_labels,
-                   allowed.astype(bool), model, keys, dvalues.astype(np.int64))
+                   allowed.astype(bool), model, keys, dvalues.astype(np.int64), shares)
 
 
 def _build_dictionary(forms: list[str], upos: list[str], xpos: list[str], targets: list[str | None],
-                      index: dict[str, int], share: float) -> tuple[np.ndarray, np.ndarray]:
+                      index: dict[str, int], share: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sorted keys and value indices of the (form, UPOS, XPOS) and (form, UPOS) entries whose most
     frequent value has at least ``share`` of the occurrences (ties: the more frequent value overall)."""
     seen: dict[int, Counter[int]] = defaultdict(Counter)
@@ -235,7 +244,9 @@ def _build_dictionary(forms: list[str], upos: list[str], xpos: list[str], target
     entries = {}
     for key, counter in seen.items():
         value, n = min(counter.items(), key=lambda kv: (-kv[1], kv[0]))
-        if n >= share * sum(counter.values()):
-            entries[key] = value
+        total = sum(counter.values())
+        if n >= share * total:
+            entries[key] = (value, n / total)
     keys = np.array(sorted(entries), dtype=np.uint64)
-    return keys, np.array([entries[int(k)] for k in keys], dtype=np.int64)
+    return (keys, np.array([entries[int(k)][0] for k in keys], dtype=np.int64),
+            np.array([entries[int(k)][1] for k in keys], dtype=np.float64))

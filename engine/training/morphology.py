@@ -26,8 +26,8 @@ MORPHOLOGY_COMPONENTS = ("lemmatizer", "morph")
 # classes seen fewer than min_class_count times are left to the dictionary; features seen fewer than
 # min_count times share the rare row; dictionary entries need dict_share of their word's occurrences
 SETTINGS: dict[str, dict[str, Any]] = {
-    "lemmatizer": {"min_class_count": 5, "min_count": 3, "dict_share": 0.0, "epochs": 4},
-    "morph": {"min_class_count": 5, "min_count": 5, "dict_share": 0.9, "epochs": 2},
+    "lemmatizer": {"min_class_count": 8, "min_count": 10, "dict_share": 0.0, "epochs": 4},
+    "morph": {"min_class_count": 8, "min_count": 10, "dict_share": 0.9, "epochs": 2},
 }
 
 
