@@ -424,13 +424,12 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 def _morphology(sentence: Any, lemmas: list[str] | None, feats: list[str] | None,
                 overwrite: bool) -> tuple[Any, Any]:
-    """The LEMMA and FEATS values to write (None = keep the input's): the model's where the input has ``_``,
-    or everywhere with ``overwrite`` (``--retag``: a fully predicted analysis)."""
+    """The LEMMA and FEATS columns to write (None = keep the input's): the model's for a sentence whose column is
+    ``_`` throughout (as tags are predicted for sentences without UPOS; a ``_`` among given FEATS means "no
+    features"), or always with ``overwrite`` (``--retag``: a fully predicted analysis)."""
 
-    def fill(predicted: list[str] | None, given: list[str]) -> list[str | None] | None:
-        if predicted is None:
-            return None
-        return [p if overwrite or g == "_" else None for p, g in zip(predicted, given, strict=True)]
+    def fill(predicted: list[str] | None, given: list[str]) -> list[str] | None:
+        return predicted if predicted is not None and (overwrite or all(g == "_" for g in given)) else None
 
     return fill(lemmas, sentence.lemmas), fill(feats, sentence.feats)
 

@@ -86,17 +86,17 @@ def inference_report(p: ParsedSentence) -> dict[str, Any]:
 
 def fill_morphology(pipeline: Pipeline, sentences: list[Sentence], parsed: list[ParsedSentence]) -> None:
     """LEMMA and FEATS of the model's lemmatizer and morphological tagger (``Pipeline.analyse``) put into
-    ``s.lemmas``/``s.feats`` where the input has ``_``, and the probability of each predicted bundle into
+    ``s.lemmas``/``s.feats`` of each sentence whose column is ``_`` throughout (text, tokens, CoNLL-U without
+    them; as on the command line), and the probability of each predicted bundle into
     ``p.diagnostics["feats_probs"]``; nothing for a model without these components."""
     if pipeline.lemmatizer is None and pipeline.morph is None:
         return
     for s, p, (lemmas, feats, probs) in zip(sentences, parsed, pipeline.analyse(sentences, [p.deprels for p in parsed]),
                                             strict=True):
-        for values, predicted in ((s.lemmas, lemmas), (s.feats, feats)):
-            for j, value in enumerate(predicted or []):
-                if values[j] == "_":
-                    values[j] = value
-        if probs is not None:
+        if lemmas is not None and all(x == "_" for x in s.lemmas):
+            s.lemmas = list(lemmas)
+        if feats is not None and all(x == "_" for x in s.feats):
+            s.feats = list(feats)
             p.diagnostics = {**(p.diagnostics or {}), "feats_probs": probs}
 
 

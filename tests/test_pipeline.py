@@ -119,15 +119,17 @@ def test_cli_parse_text_and_untagged_conllu(trained: tuple[Path, Path, dict], tm
 def test_cli_parse_keeps_given_lemmas_unless_retagged(trained: tuple[Path, Path, dict], tmp_path: Path) -> None:
     model, _, _ = trained
     given = tmp_path / "given.conllu"
-    given.write_text("1\tdogs\tDOGGY\tNOUN\tNNS\tFoo=Bar\t_\t_\t_\t_\n2\tbark\t_\tVERB\tVBP\t_\t_\t_\t_\t_\n\n",
-                     encoding="utf-8")
+    # sentence 1 has LEMMA and FEATS (its "_" are values: "bark" has no features), sentence 2 neither
+    given.write_text("1\tdogs\tDOGGY\tNOUN\tNNS\tFoo=Bar\t_\t_\t_\t_\n2\tbark\t_\tVERB\tVBP\t_\t_\t_\t_\t_\n\n"
+                     "1\tdogs\t_\tNOUN\tNNS\t_\t_\t_\t_\t_\n2\tbark\t_\tVERB\tVBP\t_\t_\t_\t_\t_\n\n", encoding="utf-8")
     out = tmp_path / "out.conllu"
     assert main(["parse", "--model", str(model), "--input", str(given), "--output", str(out)]) == 0
-    (s,) = read_conllu(out)
-    assert s.lemmas == ["DOGGY", "bark"] and s.feats[0] == "Foo=Bar" and s.feats[1] != "_"
+    first, second = read_conllu(out)
+    assert first.lemmas == ["DOGGY", "_"] and first.feats == ["Foo=Bar", "_"]
+    assert second.lemmas == ["dog", "bark"] and second.feats[0] == "Number=Plur" and second.feats[1] != "_"
     assert main(["parse", "--model", str(model), "--input", str(given), "--output", str(out), "--retag"]) == 0
-    (s,) = read_conllu(out)
-    assert s.lemmas == ["dog", "bark"] and s.feats[0] == "Number=Plur"
+    first, _ = read_conllu(out)
+    assert first.lemmas == ["dog", "bark"] and first.feats[0] == "Number=Plur"
 
 
 def test_model_without_morphology_writes_underscores(trained: tuple[Path, Path, dict], tmp_path: Path) -> None:
