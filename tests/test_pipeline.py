@@ -335,3 +335,25 @@ def test_average_of_one_model_gives_its_parser_other_components(trained: tuple[P
     assert manifest["training"]["history"] == a_manifest["training"]["history"]
     assert manifest["training"]["components_from"]["model"] == model.name
     assert "averaged" not in manifest["training"]
+
+
+def test_train_component_adds_lemma_and_feats_leaving_the_rest(trained: tuple[Path, Path, dict], tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    model, dev, _ = trained
+    pipeline = Pipeline.load(model)
+    pipeline.lemmatizer = pipeline.morph = None
+    pipeline.save(tmp_path / "old")
+    train = model.parent / "train.conllu"
+    assert main(["train-component", "lemmatizer", "morph", "--model", str(tmp_path / "old"), "--train", str(train),
+                 "--out", str(tmp_path / "new"), "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["components"][-2:] == ["lemmatizer", "morph"]
+    old, new = (json.loads((tmp_path / name / "manifest.json").read_text()) for name in ("old", "new"))
+    assert {k: v for k, v in new["arrays"].items() if not k.startswith(("lemmatizer.", "morph."))} == old["arrays"]
+    assert set(new["components"]) - set(old["components"]) == {"lemmatizer", "morph"}
+    assert Pipeline.load(tmp_path / "new").lemmatizer.info["train_file"] == "train.conllu"
+    # a model without a tagger is refused, naming the reason
+    repo_model = Path(__file__).resolve().parents[1] / "models" / "en_ewt-o1"
+    assert main(["train-component", "lemmatizer", "--model", str(repo_model), "--train", str(train),
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "no tagger" in capsys.readouterr().err
