@@ -1,4 +1,4 @@
-"""Command-line interface: ``python -m engine {train,average,evaluate,parse,score}``.
+"""Command-line interface: ``python -m engine {train,train-component,average,evaluate,parse,calibrate,score}``.
 
 Every command reads CoNLL-U through ``engine.data.conllu_io`` and reports problems as one line on
 stderr with exit status 2 (bad input) instead of a traceback.
@@ -18,160 +18,24 @@ from typing import Any
 import numpy as np
 
 from engine.bp_parser import BPParser
+from engine.cli_args import build_parser  # noqa: F401  (tests use both)
+from engine.cli_args import given_settings as _given_settings
 from engine.data.conllu_io import ConlluError, check_parsable, format_sentence, read_conllu, write_conllu
 from engine.decode.calibration import calibrated, fit_power
 from engine.decode.labeler import label_arcs
-from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TAG_AVERAGES, parse_over_tag_samples
+from engine.decode.tag_marginal import parse_over_tag_samples
 from engine.evaluation.metrics import attachment_scores, tag_accuracy
 from engine.evaluation.ud_align import evaluate_ud
-from engine.inference.bp import SCHEDULES
-from engine.inference.settings import method_settings, resolve
+from engine.inference.settings import resolve
 from engine.model.store import ModelError, file_sha256, update_manifest
-from engine.pipeline import MAX_TAG_SAMPLES, Pipeline
-from engine.text.layout import BLANK_LINE_MARKS, DEFAULT_BLANK_LINE
+from engine.pipeline import MAX_TAG_SAMPLES, SAVED_COMPONENTS, Pipeline
 from engine.text.treebank_text import raw_text
 from engine.training import options as train_options
 from engine.training.average import average_parsers
+from engine.training.morphology import add_components
 from engine.training.pipeline import train_model
 
 log = logging.getLogger("engine")
-
-
-def _add_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train a model (conditional log-likelihood, or approximation-aware --objective)")
-    p.add_argument("--train", required=True, help="training treebank (CoNLL-U)")
-    p.add_argument("--dev", help="development treebank for choosing the best epoch (CoNLL-U)")
-    p.add_argument("--out", required=True, help="model directory to write")
-    train_options.add_arguments(p)  # one flag per TrainOptions field (engine.training.options)
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("--pruner", help="first-order model for arc pruning and warm start (--order 2); "
-                   "default: train one first")
-
-
-def _add_model_io(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="model directory")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--inference", choices=["exact", "bp", "relaxed", "pruned"], help="default: exact for "
-                   "first-order models, bp for higher-order ones (exact is only valid for first-order models); "
-                   "relaxed: Riedel & Smith (2010) Algorithm 1, BP over the higher-order factors whose gain exceeds "
-                   "--epsilon; pruned: BP without the higher-order factors with |weight| < --prune-threshold")
-    # the inference settings: None (not given) -> the model's (manifest inference.<method>), else the method's
-    # declared default (engine.inference.settings)
-    p.add_argument("--bp-iterations", type=int, help="at most this many BP iterations (per round for relaxed); "
-                   f"default: the model's, else {_default('bp', 'iterations')} (pruned "
-                   f"{_default('pruned', 'iterations')}, relaxed {_default('relaxed', 'iterations')})")
-    p.add_argument("--epsilon", type=float, help="relaxed: gain threshold for adding a factor (default: the "
-                   f"model's, else {_default('relaxed', 'epsilon'):g})")
-    p.add_argument("--rounds", type=_rounds, default=argparse.SUPPRESS, metavar="R|inf",
-                   help="relaxed: at most R rounds of adding factors (default: the model's, else "
-                   f"{_default('relaxed', 'rounds') or 'inf'}; inf: until none is added)")
-    p.add_argument("--prune-threshold", type=float, help="pruned: drop factors with |weight| below this (default: "
-                   f"the model's, else {_default('pruned', 'threshold'):g})")
-    p.add_argument("--schedule", choices=SCHEDULES, help="BP's order of updates (default: the model's, else "
-                   f"{_default('bp', 'schedule')})")
-    p.add_argument("--no-prune", action="store_true", help="with --inference bp: build the factor graph over all "
-                   "arcs instead of those the model's first-order pruner keeps")
-    p.add_argument("--constraint", choices=["tree", "ptree", "exactly1", "atmost1", "not2", "exactly1+no2cycle"],
-                   help="with --inference bp: the hard factor to decode under (default: the model's tree)")
-    p.add_argument("--tag-samples", type=int, default=None, metavar="K",
-                   help="words tagged by the model's tagger: average the arc marginals and the label distributions "
-                   "over the best tags and K tag sequences drawn from the tagger's posterior (up to K + 1 parses; "
-                   "better calibrated head and label probabilities); default: the model's (manifest "
-                   "inference.tag_samples, 0 if absent), 0 with --kbest, --samples or --constraint")
-    p.add_argument("--calibration", choices=["model", "none"], default="model",
-                   help="model: map head probabilities through the calibration fitted for the model (manifest "
-                   "inference.head_power, `calibrate`; the trees do not change); none: the raw marginals")
-    p.add_argument("--tag-average", choices=TAG_AVERAGES, default=None,
-                   help="with tag samples, what is averaged over the tag sequences: 'marginals' (a parse per "
-                   "distinct sequence; better calibrated) or 'potentials' (one parse per sentence over the "
-                   "factors' potentials averaged across the sequences; faster); default: the model's (manifest "
-                   f"inference.tag_average, else {DEFAULT_TAG_AVERAGE})")
-
-
-def _default(method: str, name: str) -> Any:
-    """The declared default of an inference setting (for the help texts)."""
-    return method_settings(method)[name].default
-
-
-# command-line flag (argparse dest) -> public name of the inference setting it gives
-_INFERENCE_FLAGS = {"bp_iterations": "iterations", "epsilon": "epsilon", "rounds": "rounds",
-                    "prune_threshold": "threshold", "schedule": "schedule"}
-
-
-def _given_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The inference settings given on the command line, by public name (``--rounds inf`` gives None)."""
-    return {name: getattr(args, dest) for dest, name in _INFERENCE_FLAGS.items()
-            if hasattr(args, dest) and (getattr(args, dest) is not None or dest == "rounds")}
-
-
-def _rounds(text: str) -> int | None:
-    if text.lower() in ("inf", "none"):
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer or inf, got {text!r}") from None
-
-
-def _add_average(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("average", help="one parser from several trained alike (different --seed): the mean of "
-                       "their weights")
-    p.add_argument("--models", nargs="+", required=True, help="parser or pipeline models with the same order, "
-                   "features and pruner (one model: its parser unchanged, e.g. to give it --components-from)")
-    p.add_argument("--out", required=True, help="output model directory")
-    p.add_argument("--components-from", metavar="PIPELINE", help="a pipeline model whose tokenizer, tagger and "
-                   "labeler go with the averaged parser (default: the first model's)")
-    p.add_argument("--dev", help="score the result on this treebank (re-tagged first when the result has a "
-                   "tagger) and record the scores in its manifest")
-    p.add_argument("--name", help="model name in the manifest (default: the output directory's name)")
-    p.add_argument("--tag-samples", type=int, metavar="K", help="the result's default --tag-samples (manifest "
-                   "inference.tag_samples; parse, evaluate and the service use it unless told otherwise)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m engine", description=__doc__.splitlines()[0])
-    ap.add_argument("-v", "--verbose", action="store_true")
-    sub = ap.add_subparsers(dest="command", required=True)
-    _add_train(sub)
-    _add_average(sub)
-    p = sub.add_parser("evaluate", help="parse a treebank and score it against its gold trees")
-    _add_model_io(p)
-    p.add_argument("--data", required=True, help="gold treebank (CoNLL-U)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--reliability", action="store_true", help="include the reliability (calibration) table")
-    p.add_argument("--tags", choices=["gold", "predicted"], default="gold",
-                   help="predicted: re-tag the gold-tokenised input with the model's tagger before parsing")
-    p.add_argument("--from-text", action="store_true", help="run the whole pipeline from the raw '# text' lines "
-                   "and score with the CoNLL 2018 UD alignment (tokens, sentences, words, UPOS, UAS, LAS as F1)")
-    p.add_argument("--wrap", type=int, metavar="WIDTH", help="with --from-text: wrap the text's lines at WIDTH "
-                   "characters (at spaces), as text files and conllu_to_text.pl (80) have it")
-    p = sub.add_parser("parse", help="parse CoNLL-U (HEAD/DEPREL are ignored) and write CoNLL-U")
-    _add_model_io(p)
-    p.add_argument("--input", help="input file (default: stdin)")
-    p.add_argument("--input-format", choices=["conllu", "text"], default="conllu",
-                   help="conllu (words whose UPOS is '_' are tagged by the model's tagger) or raw text")
-    p.add_argument("--text", help="raw text to parse (instead of --input)")
-    p.add_argument("--blank-line", choices=BLANK_LINE_MARKS, default=DEFAULT_BLANK_LINE,
-                   help="raw text: a blank line starts a paragraph (# newpar) or a document (# newdoc); a single "
-                   "line break is a space either way")
-    p.add_argument("--retag", action="store_true", help="re-tag every word with the model's tagger")
-    p.add_argument("--output", help="output CoNLL-U file (default: stdout)")
-    alt = p.add_mutually_exclusive_group()
-    alt.add_argument("--kbest", type=int, metavar="K", help="write the K most probable trees of each sentence")
-    alt.add_argument("--samples", type=int, metavar="N", help="write N trees sampled from each sentence's distribution")
-    p.add_argument("--seed", type=int, help="random seed for --samples")
-    p = sub.add_parser("calibrate", help="fit the calibration of head probabilities on a development treebank "
-                       "(parsed as `evaluate` parses it: re-tagged when the model has a tagger) and store it in "
-                       "the model's manifest (inference.head_power); an explicit --tag-samples or --tag-average "
-                       "is stored as the model's default too (the calibration holds for the settings it was "
-                       "fitted under)")
-    _add_model_io(p)
-    p.add_argument("--data", required=True, help="development treebank (CoNLL-U), never the test set")
-    p = sub.add_parser("score", help="score a parsed CoNLL-U file against the gold file")
-    p.add_argument("--gold", required=True)
-    p.add_argument("--pred", required=True)
-    p.add_argument("--json", action="store_true")
-    return ap
 
 
 class UsageError(ValueError):
@@ -216,11 +80,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 130 if summary["interrupted"] else 0
 
 
+def cmd_train_component(args: argparse.Namespace) -> int:
+    summary = add_components(args.model, list(dict.fromkeys(args.components)), args.train, args.out or args.model,
+                             seed=args.seed, progress=not args.quiet)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
 def cmd_average(args: argparse.Namespace) -> int:
     _check_tag_samples(args)
     parser = average_parsers(args.models)
     source = Pipeline.load(args.components_from or args.models[0])
-    parts = {name: getattr(source, name) for name in ("tokenizer", "tagger", "labeler")}
+    parts = {name: getattr(source, name) for name in SAVED_COMPONENTS}
     if args.tag_samples and parts["tagger"] is None:
         raise UsageError("--tag-samples needs a tagger: add --components-from PIPELINE")
     if args.tag_samples is not None:
@@ -285,11 +156,18 @@ def _resolve_tag_samples(args: argparse.Namespace, single_tagging: bool = False)
         args.tag_samples = 0 if single_tagging or args.constraint else args.pipeline.default_tag_samples
 
 
-def _system_conllu(sentences: list[Any], parsed: list[Any]) -> list[Any]:
-    """Parsed sentences as CoNLL-U (with predicted tags), read back for the UD evaluation."""
-    text = "".join(format_sentence(s, heads=p.heads, deprels=p.deprels, upos=s.upos, xpos=s.xpos)
-                   for s, p in zip(sentences, parsed, strict=True))
+def _system_conllu(pipeline: Pipeline, sentences: list[Any], parsed: list[Any]) -> list[Any]:
+    """Parsed sentences as CoNLL-U (with predicted tags, and LEMMA and FEATS from the model's components,
+    ``_`` without them), read back for the UD evaluation."""
+    analyses = pipeline.analyse(sentences, [p.deprels for p in parsed])
+    text = "".join(format_sentence(s, heads=p.heads, deprels=p.deprels, upos=s.upos, xpos=s.xpos,
+                                   lemmas=lemmas or ["_"] * s.n, feats=feats or ["_"] * s.n)
+                   for s, p, (lemmas, feats, _) in zip(sentences, parsed, analyses, strict=True))
     return read_conllu(io.StringIO(text), name="<system>", strict_heads=False)
+
+
+# the CoNLL 2018 scores of LEMMA and FEATS that `evaluate` adds on gold tokens (engine.evaluation.ud_align)
+MORPHOLOGY_METRICS = ("lemmas", "ufeats", "alltags", "clas", "mlas", "blex")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -311,12 +189,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         _, draws = _tagged(args, system, retag=True)
         parsed = _parse_tagged(args, parse, system, draws) if system else []
         seconds = time.perf_counter() - start
-        scores = evaluate_ud(gold, _system_conllu(system, parsed))
+        scores = evaluate_ud(gold, _system_conllu(args.pipeline, system, parsed))
         gold_words = sum(s.n for s in gold)
         scores.update({"tag_samples": args.tag_samples, "seconds": round(seconds, 3), "gold_words": gold_words,
                        "words_per_second": round(gold_words / seconds, 1) if seconds > 0 else None})
     else:
-        scores, parsed = _score_gold_tokens(args, parse, gold, predicted=args.tags == "predicted")
+        scores, parsed, inputs = _score_gold_tokens(args, parse, gold, predicted=args.tags == "predicted")
+        system = _system_conllu(args.pipeline, inputs, parsed)
+        ud = evaluate_ud(gold, system)
+        scores.update({m: ud[m] for m in MORPHOLOGY_METRICS})
         seconds = time.perf_counter() - start
         scores["tags"] = args.tags
         scores.update(_inference_summary(parsed))
@@ -345,7 +226,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     gold = read_conllu(args.data)
     check_parsable(gold, args.data)
     args.calibration = "none"
-    before, parsed = _score_gold_tokens(args, parse, gold, predicted=args.pipeline.tagger is not None)
+    before, parsed, _ = _score_gold_tokens(args, parse, gold, predicted=args.pipeline.tagger is not None)
     gold_heads = [g.heads for g in gold if g.heads is not None]
     if len(gold_heads) != len(gold):
         raise UsageError(f"{args.data}: calibration needs gold HEAD values")
@@ -365,9 +246,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any], predicted: bool) -> tuple[dict, list]:
+def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any],
+                       predicted: bool) -> tuple[dict, list, list]:
     """Parse the gold-tokenised sentences (re-tagged by the model first if ``predicted``, with
-    ``args.tag_samples``) and score them: UAS, LAS, ECE (and UPOS when re-tagged, ``tag_samples`` used)."""
+    ``args.tag_samples``) and score them: UAS, LAS, ECE (and UPOS when re-tagged, ``tag_samples`` used);
+    returns the scores, the parses and the (re-tagged) input sentences."""
     inputs = [s.copy() for s in gold] if predicted else gold
     tagged, draws = _tagged(args, inputs, retag=True) if predicted else ([], [[] for _ in inputs])
     parsed = _parse_tagged(args, parse, inputs, draws)
@@ -376,7 +259,7 @@ def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any], pr
     if predicted:
         scores["upos"] = tag_accuracy(gold, inputs)
     scores["tag_samples"] = args.tag_samples if tagged else 0
-    return scores, parsed
+    return scores, parsed, inputs
 
 
 def _inference_summary(parsed: list[Any]) -> dict[str, Any]:
@@ -425,11 +308,13 @@ def cmd_parse(args: argparse.Namespace) -> int:
     tagged = set(tagged_order)
     parsed = _parse_tagged(args, parse, sentences, draws) if sentences else []
     labeler = pipeline.parser.labeler
+    analyses = pipeline.analyse(sentences, [p.deprels for p in parsed])
     blocks = []
     for i, (s, p) in enumerate(zip(sentences, parsed, strict=True)):
         tags = (s.upos, s.xpos) if i in tagged else (None, None)
+        morph = _morphology(s, analyses[i][0], analyses[i][1], overwrite=args.retag)
         if args.kbest is None and args.samples is None:
-            blocks.append(_block(s, p, p.heads, p.deprels, tags=tags))
+            blocks.append(_block(s, p, p.heads, p.deprels, tags=tags, morph=morph))
             continue
         if p.distribution is None:
             raise UsageError("--kbest and --samples need a tree distribution: exact inference, or BP with a "
@@ -442,19 +327,32 @@ def cmd_parse(args: argparse.Namespace) -> int:
         for rank, (log_prob, heads) in enumerate(trees, start=1):
             comments = [f"# {key} = {rank}", f"# log_prob = {log_prob:.6f}",
                         f"# distribution = {p.distribution.source}"]
-            blocks.append(_block(s, p, heads, label_arcs(labeler, s, heads)[0], comments, tags=tags))
+            blocks.append(_block(s, p, heads, label_arcs(labeler, s, heads)[0], comments, tags=tags, morph=morph))
     write_conllu(blocks, args.output if args.output else sys.stdout)
     return 0
 
 
+def _morphology(sentence: Any, lemmas: list[str] | None, feats: list[str] | None,
+                overwrite: bool) -> tuple[Any, Any]:
+    """The LEMMA and FEATS columns to write (None = keep the input's): the model's for a sentence whose column is
+    ``_`` throughout (as tags are predicted for sentences without UPOS; a ``_`` among given FEATS means "no
+    features"), or always with ``overwrite`` (``--retag``: a fully predicted analysis)."""
+
+    def fill(predicted: list[str] | None, given: list[str]) -> list[str] | None:
+        return predicted if predicted is not None and (overwrite or all(g == "_" for g in given)) else None
+
+    return fill(lemmas, sentence.lemmas), fill(feats, sentence.feats)
+
+
 def _block(sentence: Any, parsed: Any, heads: np.ndarray, deprels: list[str],
-           comments: list[str] | None = None, tags: tuple[Any, Any] = (None, None)) -> str:
-    """A sentence block with the given tree and labels (and predicted ``tags``: UPOS, XPOS), and each
-    head's marginal as HeadProb."""
+           comments: list[str] | None = None, tags: tuple[Any, Any] = (None, None),
+           morph: tuple[Any, Any] = (None, None)) -> str:
+    """A sentence block with the given tree and labels (and predicted ``tags``: UPOS, XPOS; ``morph``:
+    LEMMA, FEATS), and each head's marginal as HeadProb."""
     m = np.arange(1, len(heads))
     probs = parsed.marginals[heads[1:], m]
     text = format_sentence(sentence, heads=heads, deprels=deprels, misc={"HeadProb": [f"{x:.4f}" for x in probs]},
-                           upos=tags[0], xpos=tags[1])
+                           upos=tags[0], xpos=tags[1], lemmas=morph[0], feats=morph[1])
     if not comments:
         return text
     lines = text.split("\n")
@@ -489,8 +387,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    command = {"train": cmd_train, "average": cmd_average, "evaluate": cmd_evaluate, "parse": cmd_parse,
-               "calibrate": cmd_calibrate, "score": cmd_score}[args.command]
+    command = {"train": cmd_train, "train-component": cmd_train_component, "average": cmd_average,
+               "evaluate": cmd_evaluate, "parse": cmd_parse, "calibrate": cmd_calibrate,
+               "score": cmd_score}[args.command]
     try:
         return command(args)
     except (ConlluError, ModelError, UsageError, FileNotFoundError, IsADirectoryError) as e:

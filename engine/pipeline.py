@@ -7,7 +7,11 @@ write, one checksummed manifest, no pickle). Components:
 - ``tokenizer`` (``engine.text.tokenizer.Tokenizer``): sentence splitting, tokens, multiword tokens;
 - ``tagger`` (``engine.text.tagger.Tagger``): a linear-chain CRF for UPOS and XPOS;
 - ``labeler`` (``engine.decode.loglinear_labeler.LogLinearLabeler``): DEPREL of each arc with its
-  probability (without it, the parser's count-based labeller is used).
+  probability (without it, the parser's count-based labeller is used);
+- ``lemmatizer`` (``engine.text.lemmatizer.Lemmatizer``): LEMMA from the form and the predicted tags;
+- ``morph`` (``engine.text.morph.MorphTagger``): FEATS from the form, the tags and the parsed DEPREL.
+
+A model without the last two still loads; LEMMA and FEATS are then left as they came (``_`` for text).
 
 A parser-only model (no ``components``) loads as a pipeline with just the parser, so every model
 directory works here.
@@ -33,7 +37,8 @@ from engine.model.store import ModelError, load_model
 from engine.parser import FirstOrderParser
 from engine.text.layout import DEFAULT_BLANK_LINE
 
-COMPONENTS = ("tokenizer", "tagger", "parser", "labeler")
+COMPONENTS = ("tokenizer", "tagger", "parser", "labeler", "lemmatizer", "morph")
+SAVED_COMPONENTS = tuple(name for name in COMPONENTS if name != "parser")
 MAX_TAG_SAMPLES = 100  # a model's default number of tag sequences (manifest ``inference.tag_samples``)
 
 
@@ -45,6 +50,8 @@ _CLASSES = {
     "tokenizer": ("engine.text.tokenizer", "Tokenizer"),
     "tagger": ("engine.text.tagger", "Tagger"),
     "labeler": ("engine.decode.loglinear_labeler", "LogLinearLabeler"),
+    "lemmatizer": ("engine.text.lemmatizer", "Lemmatizer"),
+    "morph": ("engine.text.morph", "MorphTagger"),
 }
 
 
@@ -64,6 +71,8 @@ class Pipeline:
     tokenizer: Any | None = None
     tagger: Any | None = None
     labeler: Any | None = None
+    lemmatizer: Any | None = None
+    morph: Any | None = None
 
     def __post_init__(self) -> None:
         if self.labeler is not None:
@@ -134,7 +143,7 @@ class Pipeline:
         85 MB and its dev scores move by less than 0.01 point (``engine.model.store.half_precision``)."""
         components: dict[str, Any] = {}
         arrays: dict[str, np.ndarray] = {}
-        for name in ("tokenizer", "tagger", "labeler"):
+        for name in SAVED_COMPONENTS:
             part = getattr(self, name)
             if part is None:
                 continue
@@ -177,3 +186,22 @@ class Pipeline:
             sentences[i].xpos = list(result.xpos)
             draws[i] = result.samples
         return todo, draws
+
+    def analyse(self, sentences: Sequence[Sentence], deprels: Sequence[Sequence[str]]
+                ) -> list[tuple[list[str] | None, list[str] | None, list[float] | None]]:
+        """LEMMA, FEATS and the FEATS probabilities of each sentence (None for what this model has no component
+        for), from its forms and tags and the ``deprels`` its parse gave. The sentences are not changed."""
+        views = [_Analysed(s.forms, s.upos, s.xpos, list(d)) for s, d in zip(sentences, deprels, strict=True)]
+        lemmas = self.lemmatizer.lemmatize(views) if self.lemmatizer is not None else [None] * len(views)
+        feats = self.morph.analyse(views) if self.morph is not None else [(None, None)] * len(views)
+        return [(lem, f, p) for lem, (f, p) in zip(lemmas, feats, strict=True)]
+
+
+@dataclass
+class _Analysed:
+    """What the lemmatizer and the morphological tagger read of a parsed sentence."""
+
+    forms: list[str]
+    upos: list[str]
+    xpos: list[str]
+    deprels: list[str]

@@ -33,7 +33,8 @@ Builder = Callable[[list[Sentence], list[ParsedSentence]], Any]
 @dataclass(frozen=True)
 class ParseWork:
     """One request: its body (``inference.tag_samples`` already resolved), model, response builder, the
-    words-per-sentence limit of its route, and a callback told each sentence's length (metrics)."""
+    words-per-sentence limit of its route, a callback told each sentence's length (metrics), and whether
+    its response carries LEMMA and FEATS."""
 
     req: ParseRequest
     entry: ModelEntry
@@ -41,12 +42,15 @@ class ParseWork:
     settings: Settings
     max_words: int | None = None
     observe: Callable[[int], None] = lambda n: None
+    morphology: bool = False  # fill LEMMA and FEATS (where the input has "_") with the model's components
 
     def key(self) -> Hashable:
         """Requests with equal keys can be parsed in one engine call: same model, same inference settings."""
         return (self.entry.path, id(self.entry.pipeline), self.req.inference.model_dump_json())
 
     def respond(self, sentences: list[Sentence], parsed: list[ParsedSentence]) -> dict[str, Any] | str:
+        if self.morphology:
+            parsing.fill_morphology(self.entry.pipeline, sentences, parsed)
         result = self.build(sentences, parsed)
         if isinstance(result, str):
             return result

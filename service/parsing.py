@@ -19,6 +19,7 @@ from engine.decode.tag_marginal import TagSequence, parse_over_tag_samples
 from engine.features.tag_mixture import TagMixture
 from engine.inference.relaxed import InferenceConfig, marginal_interval
 from engine.inference.settings import method_settings, resolve
+from engine.pipeline import Pipeline
 from engine.results import ParsedSentence
 from service.problems import ProblemError
 from service.registry import ModelEntry
@@ -89,27 +90,49 @@ def inference_report(p: ParsedSentence) -> dict[str, Any]:
     return report
 
 
+def fill_morphology(pipeline: Pipeline, sentences: list[Sentence], parsed: list[ParsedSentence]) -> None:
+    """LEMMA and FEATS of the model's lemmatizer and morphological tagger (``Pipeline.analyse``) put into
+    ``s.lemmas``/``s.feats`` of each sentence whose column is ``_`` throughout (text, tokens, CoNLL-U without
+    them; as on the command line), and the probability of each predicted bundle into
+    ``p.diagnostics["feats_probs"]``; nothing for a model without these components."""
+    if pipeline.lemmatizer is None and pipeline.morph is None:
+        return
+    for s, p, (lemmas, feats, probs) in zip(sentences, parsed, pipeline.analyse(sentences, [p.deprels for p in parsed]),
+                                            strict=True):
+        if lemmas is not None and all(x == "_" for x in s.lemmas):
+            s.lemmas = list(lemmas)
+        if feats is not None and all(x == "_" for x in s.feats):
+            s.feats = list(feats)
+            p.diagnostics = {**(p.diagnostics or {}), "feats_probs": probs}
+
+
 def parse_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> list[dict[str, Any]]:
     out = []
     for s, p in zip(sentences, parsed, strict=True):
         probs = _finite(p.head_probs, "head marginals")
         label_probs = _finite(np.asarray(p.label_probs, dtype=float), "label probabilities")
-        tokens = [{"id": j + 1, "form": s.forms[j], "upos": s.upos[j], "xpos": s.xpos[j],
-                   "head": int(p.heads[j + 1]), "deprel": p.deprels[j], "prob": probs[j],
-                   "deprel_prob": label_probs[j]} for j in range(s.n)]
+        feats_probs = (p.diagnostics or {}).get("feats_probs")
+        tokens = [{"id": j + 1, "form": s.forms[j], "lemma": s.lemmas[j], "upos": s.upos[j], "xpos": s.xpos[j],
+                   "feats": s.feats[j], "head": int(p.heads[j + 1]), "deprel": p.deprels[j], "prob": probs[j],
+                   "deprel_prob": label_probs[j], "feats_prob": None if feats_probs is None else feats_probs[j]}
+                  for j in range(s.n)]
         out.append({"tokens": tokens, "inference": inference_report(p)})
     return out
 
 
 def parse_conllu(sentences: list[Sentence], parsed: list[ParsedSentence]) -> str:
-    """CoNLL-U with HEAD, DEPREL, HeadProb in MISC, and the tags the model predicted (input tags kept)."""
+    """CoNLL-U with HEAD, DEPREL, HeadProb in MISC, and the tags, LEMMA and FEATS the model predicted (input
+    values kept)."""
     blocks = []
     for s, p in zip(sentences, parsed, strict=True):
         columns = [s.lines[i].split("\t") for i in s.word_line_index]
         retagged = [c[3] for c in columns] != s.upos or [c[4] for c in columns] != s.xpos
+        lemmas = s.lemmas if [c[2] for c in columns] != s.lemmas else None
+        feats = s.feats if [c[5] for c in columns] != s.feats else None
         blocks.append(format_sentence(s, heads=p.heads, deprels=p.deprels,
                                       misc={"HeadProb": [f"{x:.4f}" for x in p.head_probs]},
-                                      upos=s.upos if retagged else None, xpos=s.xpos if retagged else None))
+                                      upos=s.upos if retagged else None, xpos=s.xpos if retagged else None,
+                                      lemmas=lemmas, feats=feats))
     return "".join(blocks)
 
 

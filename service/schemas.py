@@ -244,12 +244,18 @@ class ModelRef(BaseModel):
 class Token(BaseModel):
     id: int
     form: str
+    lemma: str = Field("_", description="the input's, else (a sentence given without lemmas) the model's "
+                       "lemmatizer's (\"_\" without one)")
     upos: str
     xpos: str
+    feats: str = Field("_", description="the input's, else (a sentence given without FEATS) the model's "
+                       "morphological features (\"_\" without them)")
     head: int = Field(description="0 = ROOT")
     deprel: str
     prob: float = Field(description="marginal probability of the chosen head")
     deprel_prob: float = Field(description="probability of the label given the arc")
+    feats_prob: float | None = Field(None, description="probability of the predicted FEATS bundle (null when "
+                                     "FEATS were given or the model has no morphological features)")
 
 
 class InferenceReport(BaseModel):

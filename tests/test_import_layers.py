@@ -35,7 +35,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline",),  # tokenizer + tagger + parser + labeller
     ("evaluation",),  # UAS/LAS, calibration, CoNLL 2018 aligned F1
     ("training",),  # trainers and the training pipeline
-    ("cli", "compiled"),  # the command line; the numba warm-up
+    ("cli_args",),  # the command line's arguments
+    ("cli", "compiled"),  # the command line's commands; the numba warm-up
     ("__main__",),  # python -m engine
     ("service",),  # the HTTP service
 )

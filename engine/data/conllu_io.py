@@ -25,11 +25,12 @@ from conllu.exceptions import ParseException
 from conllu.parser import DEFAULT_FIELDS
 
 COLUMNS = ("ID", "FORM", "LEMMA", "UPOS", "XPOS", "FEATS", "HEAD", "DEPREL", "DEPS", "MISC")
-UPOS, XPOS, HEAD, DEPREL, MISC = 3, 4, 6, 7, 9
+LEMMA, UPOS, XPOS, FEATS, HEAD, DEPREL, MISC = 2, 3, 4, 5, 6, 7, 9
 _INT = re.compile(r"0|[1-9][0-9]*")
 _RANGE = re.compile(r"([1-9][0-9]*)-([1-9][0-9]*)")
 _DECIMAL = re.compile(r"(0|[1-9][0-9]*)\.([1-9][0-9]*)")
 _BAD_VALUE = re.compile(r"[\t\n\r|]")
+_BAD_LINE = re.compile(r"[\t\n\r]")
 
 
 def _raw(cols: list[str], i: int) -> str:
@@ -261,17 +262,21 @@ def format_sentence(
     misc: Mapping[str, Sequence[str | None]] | None = None,
     upos: Sequence[str] | None = None,
     xpos: Sequence[str] | None = None,
+    lemmas: Sequence[str | None] | None = None,
+    feats: Sequence[str | None] | None = None,
 ) -> str:
     """The block's text including the blank line after it (and the BOM if it began the file).
 
     Without predictions this is the original block byte-for-byte. ``heads`` (n+1,) with ``heads[0]``
     ignored sets HEAD of every word, ``deprels`` (n,) DEPREL, ``upos``/``xpos`` (n,) the tag columns
-    (predicted tags), and ``misc={"Key": values}`` (n values, None = leave that word alone) sets
+    (predicted tags), ``lemmas``/``feats`` (n,) LEMMA and FEATS (None = leave that word's alone), and
+    ``misc={"Key": values}`` (n values, None = leave that word alone) sets
     ``Key=value`` in MISC. Other lines and columns are untouched.
     """
     nl, n = sent.newline, sent.n
     prefix = "\ufeff" if sent.bom else ""
-    if heads is None and deprels is None and not misc and upos is None and xpos is None:
+    if heads is None and deprels is None and not misc and upos is None and xpos is None and lemmas is None \
+            and feats is None:
         return prefix + nl.join(sent.lines) + nl + nl
     head_strs: list[str] | None = None
     if heads is not None:
@@ -289,6 +294,10 @@ def format_sentence(
     for name, tags in (("upos", upos), ("xpos", xpos)):
         if tags is not None and (len(tags) != n or any(not t or _BAD_VALUE.search(t) for t in tags)):
             raise ValueError(f"{name} must be {n} non-empty tags without tab, line break or '|'")
+    for name, values in (("lemmas", lemmas), ("feats", feats)):
+        if values is not None and (len(values) != n or any(v is not None and (not v or _BAD_LINE.search(v))
+                                                           for v in values)):
+            raise ValueError(f"{name} must be {n} non-empty values (or None) without tab or line break")
     for key, values in (misc or {}).items():
         if len(values) != n:
             raise ValueError(f"expected {n} MISC values for {key}, got {len(values)}")
@@ -303,6 +312,9 @@ def format_sentence(
             cols[UPOS] = upos[k]
         if xpos is not None:
             cols[XPOS] = xpos[k]
+        for column, values in ((LEMMA, lemmas), (FEATS, feats)):
+            if values is not None and values[k] is not None:
+                cols[column] = values[k]  # type: ignore[assignment]  # None checked just above
         for key, values in (misc or {}).items():
             if values[k] is not None:
                 cols[MISC] = set_misc(cols[MISC], key, values[k])

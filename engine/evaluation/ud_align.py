@@ -11,7 +11,15 @@ tokens with whitespace (Unicode category Zs) removed must be identical, else ``V
   word forms (``words`` counts aligned words);
 - UPOS / XPOS are correct on an aligned word with the same tag; UAS when the system head is aligned to
   the gold head (or both are the root); LAS when, in addition, the universal part of DEPREL (before
-  ``:``) is the same. A system sentence without heads (``heads is None``) scores no UAS/LAS.
+  ``:``) is the same. A system sentence without heads (``heads is None``) scores no UAS/LAS;
+- Lemmas: the same LEMMA (any system lemma is right where the gold one is ``_``); UFeats: the same
+  universal features (``UNIVERSAL_FEATURES``, sorted; language-specific ones are dropped on both sides);
+  AllTags: UPOS, XPOS and UFeats all right;
+- CLAS, MLAS, BLEX (the shared task's content-word metrics, Zeman et al. 2018 §5.3): only words whose
+  universal DEPREL is a content relation (``CONTENT_DEPRELS``) count, on each side by its own DEPREL;
+  CLAS is LAS over them; MLAS also needs UPOS, UFeats and the functional children (words attached by a
+  ``FUNCTIONAL_DEPRELS`` relation) with the same aligned heads, DEPREL, UPOS and UFeats, in order; BLEX
+  needs LAS and the lemma. As ``conll18_ud_eval.py``, correct pairs are filtered by the gold word.
 
 Every score is ``precision = correct / system``, ``recall = correct / gold``, ``F1 = 2 correct /
 (gold + system)``, in percent; for tags and attachments also ``aligned_accuracy = correct / aligned``.
@@ -24,12 +32,21 @@ from __future__ import annotations
 import io
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.data.conllu_io import Sentence, read_conllu
 
-METRICS = ("tokens", "sentences", "words", "upos", "xpos", "uas", "las")
+METRICS = ("tokens", "sentences", "words", "upos", "xpos", "ufeats", "alltags", "lemmas", "uas", "las", "clas",
+           "mlas", "blex")
+UNIVERSAL_FEATURES = frozenset((
+    "PronType", "NumType", "Poss", "Reflex", "Foreign", "Abbr", "Gender", "Animacy", "Number", "Case", "Definite",
+    "Degree", "VerbForm", "Mood", "Tense", "Aspect", "Voice", "Evident", "Polarity", "Person", "Polite"))
+CONTENT_DEPRELS = frozenset((
+    "nsubj", "obj", "iobj", "csubj", "ccomp", "xcomp", "obl", "vocative", "expl", "dislocated", "advcl", "advmod",
+    "discourse", "nmod", "appos", "nummod", "acl", "amod", "conj", "fixed", "flat", "compound", "list", "parataxis",
+    "orphan", "goeswith", "reparandum", "root", "dep"))
+FUNCTIONAL_DEPRELS = frozenset(("aux", "cop", "mark", "det", "clf", "case", "cc"))
 _UNKNOWN = -2  # head of a word whose sentence has no heads: never correct
 
 
@@ -43,6 +60,14 @@ class _Word:
     xpos: str
     deprel: str  # universal part
     head: int  # global index of the head word, -1 for the root, _UNKNOWN without heads
+    lemma: str = "_"
+    feats: str = ""  # universal features only, sorted
+    functional: list[int] = field(default_factory=list)  # global indices of its functional children
+
+
+def universal_feats(feats: str) -> str:
+    """The universal features of a FEATS value, sorted and ``|``-joined ("" for none)."""
+    return "|".join(sorted(f for f in feats.split("|") if f.split("=", 1)[0] in UNIVERSAL_FEATURES))
 
 
 @dataclass
@@ -97,8 +122,13 @@ def _corpus(sentences: Sequence[Sentence], side: str) -> _Corpus:
                     head = first_word + int(heads[j]) - 1 if heads[j] > 0 else -1
                 word_form = sent.forms[j - 1] if last > k else form
                 words.append(_Word(a, len(chars), last > k, word_form, sent.upos[j - 1], sent.xpos[j - 1],
-                                   sent.deprels[j - 1].split(":")[0], head))
+                                   sent.deprels[j - 1].split(":")[0], head, sent.lemmas[j - 1],
+                                   universal_feats(sent.feats[j - 1])))
             k = last + 1
+        for index in range(first_word, len(words)):  # in word order, as the official script appends them
+            w = words[index]
+            if w.head >= 0 and w.deprel in FUNCTIONAL_DEPRELS:
+                words[w.head].functional.append(index)
         if len(chars) > start:
             spans.append((start, len(chars)))
     return _Corpus(chars, tokens, spans, words)
@@ -225,22 +255,52 @@ def ud_scores(gold: Sequence[Sentence], system: Sequence[Sentence]) -> dict[str,
     pairs = _align(g.words, s.words)
     to_gold = {si: gi for gi, si in pairs}
     ng, ns, na = len(g.words), len(s.words), len(pairs)
-    counts = dict.fromkeys(("upos", "xpos", "uas", "las"), 0)
+    counts = dict.fromkeys(("upos", "xpos", "ufeats", "alltags", "lemmas", "uas", "las"), 0)
+    content = dict.fromkeys(("clas", "mlas", "blex"), 0)
     for gi, si in pairs:
         gw, sw = g.words[gi], s.words[si]
         counts["upos"] += gw.upos == sw.upos
         counts["xpos"] += gw.xpos == sw.xpos
+        counts["ufeats"] += gw.feats == sw.feats
+        counts["alltags"] += gw.upos == sw.upos and gw.xpos == sw.xpos and gw.feats == sw.feats
+        lemma_ok = gw.lemma == "_" or gw.lemma == sw.lemma
+        counts["lemmas"] += lemma_ok
         if sw.head == _UNKNOWN or gw.head == _UNKNOWN:
             continue
-        head_ok = gw.head == (-1 if sw.head == -1 else to_gold.get(sw.head, -3))
-        counts["uas"] += head_ok
-        counts["las"] += head_ok and gw.deprel == sw.deprel
+        las = _aligned_head(sw.head, to_gold) == gw.head
+        counts["uas"] += las
+        las = las and gw.deprel == sw.deprel
+        counts["las"] += las
+        if las and gw.deprel in CONTENT_DEPRELS:
+            content["clas"] += 1
+            content["blex"] += lemma_ok
+            content["mlas"] += _morpho_match(g.words, s.words, gw, sw, to_gold)
+    n_content = (sum(w.deprel in CONTENT_DEPRELS for w in g.words), sum(w.deprel in CONTENT_DEPRELS for w in s.words),
+                 sum(g.words[gi].deprel in CONTENT_DEPRELS for gi, _ in pairs))
     return {
         "tokens": _spans_score(g.tokens, s.tokens),
         "sentences": _spans_score(g.sentences, s.sentences),
         "words": Score(ng, ns, na),
         **{k: Score(ng, ns, c, na) for k, c in counts.items()},
+        **{k: Score(n_content[0], n_content[1], c, n_content[2]) for k, c in content.items()},
     }
+
+
+def _aligned_head(head: int, to_gold: dict[int, int]) -> int:
+    """The gold index a system head is aligned to: -1 for the root, -3 when not aligned (never right)."""
+    return head if head < 0 else to_gold.get(head, -3)
+
+
+def _morpho_match(gold: list[_Word], system: list[_Word], gw: _Word, sw: _Word, to_gold: dict[int, int]) -> bool:
+    """MLAS beyond LAS: same UPOS and UFeats, and the same functional children (aligned word, DEPREL,
+    UPOS, UFeats), in order."""
+    if gw.upos != sw.upos or gw.feats != sw.feats or len(gw.functional) != len(sw.functional):
+        return False
+    for gc, sc in zip(gw.functional, sw.functional, strict=True):
+        a, b = gold[gc], system[sc]
+        if to_gold.get(sc, -3) != gc or (a.deprel, a.upos, a.feats) != (b.deprel, b.upos, b.feats):
+            return False
+    return True
 
 
 def evaluate_ud(gold: Sequence[Sentence], system: Sequence[Sentence]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import Any
 from engine.pipeline import MAX_TAG_SAMPLES
 
 FACTOR_FAMILIES = ("grand", "sib", "childseq", "nocross")
-COMPONENTS = ("tokenizer", "tagger", "parser", "labeler")
+COMPONENTS = ("tokenizer", "tagger", "parser", "labeler", "lemmatizer", "morph")
 TREES = ("nonprojective", "projective")
 ROOTS = ("single", "multi")
 OBJECTIVES = ("cll", "l2", "ar", "l2+ar")  # engine.training.erma.OBJECTIVES
@@ -94,7 +94,8 @@ class TrainOptions:
     second_dim: int = option(1 << 21, "hashed feature buckets for the higher-order features (order 2)", ge=1)
     components: tuple[str, ...] = option(COMPONENTS, "what to train: the parser always; tokenizer (raw text), "
                                          "tagger (UPOS/XPOS; the parser and labeler then train on jackknifed "
-                                         "predicted tags), labeler (log-linear DEPREL; else count-based labels)",
+                                         "predicted tags), labeler (log-linear DEPREL; else count-based labels), "
+                                         "lemmatizer (LEMMA) and morph (FEATS), both needing the tagger",
                                          choices=COMPONENTS, min_items=1)
     labeler_tag_samples: int | None = option(
         None, "the labeler also trains on K copies of each training sentence under tag sequences drawn from its "
@@ -123,6 +124,8 @@ class TrainOptions:
         if unknown_parts or "parser" not in self.components:
             raise TrainOptionsError(f"components must include parser and come from {', '.join(COMPONENTS)}"
                                     + (f" (unknown: {', '.join(unknown_parts)})" if unknown_parts else ""))
+        if {"lemmatizer", "morph"} & set(self.components) and "tagger" not in self.components:
+            raise TrainOptionsError("the lemmatizer and morph components read the tagger's tags: add tagger")
         if self.tag_samples and "tagger" not in self.components:
             raise TrainOptionsError("tag_samples needs the tagger component (tag sequences come from it)")
         if self.labeler_tag_samples and not {"tagger", "labeler"} <= set(self.components):

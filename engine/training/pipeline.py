@@ -40,6 +40,7 @@ from engine.text.tokenizer import Tokenizer
 from engine.text.treebank_text import raw_text
 from engine.training.cll import TrainConfig, train_cll
 from engine.training.erma import ErmaConfig, train_erma, train_erma_exact
+from engine.training.morphology import MORPHOLOGY_COMPONENTS, train_morphology
 from engine.training.objectives import AnnealSchedule
 from engine.training.options import TrainOptions, TrainOptionsError  # declared there; imported from here too
 from engine.training.seeds import train_seeds
@@ -321,6 +322,8 @@ def train_model(
         parts["tokenizer"] = Tokenizer.train(data.train, seed=options.seed, progress=progress)
         if data.dev:
             _score_tokenizer(parts["tokenizer"], data.dev)
+    parts.update(train_morphology(data.train, [c for c in MORPHOLOGY_COMPONENTS if c in options.components],
+                                  seed=options.seed, progress=progress))  # on gold tags, before jackknifing
     if "tagger" in options.components:
         parts["tagger"] = _train_tagger(data, options, report, progress)
     labeler = CountLabeler.fit(data.train)

@@ -55,7 +55,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 async def _run(state: ServiceState, request: Request, req: ParseRequest, build: Builder, *,
                max_words: int | None = None, conllu_ok: bool = False,
-               tag_samples_ok: bool = False) -> dict[str, Any] | str:
+               tag_samples_ok: bool = False, morphology: bool = False) -> dict[str, Any] | str:
     """Check the request's options, admit it (words in flight), queue it for the batcher and wait for its
     response within the time budget, or until its client goes away."""
     deadline = time.monotonic() + state.settings.request_timeout_s
@@ -78,7 +78,7 @@ async def _run(state: ServiceState, request: Request, req: ParseRequest, build: 
     if req.output == "conllu" and not conllu_ok:
         raise ProblemError(422, "Invalid input", "output=conllu is available on /parse only", kind="invalid-input",
                            field="output")
-    work = ParseWork(req, entry, build, state.settings, max_words, state.metrics.words.observe)
+    work = ParseWork(req, entry, build, state.settings, max_words, state.metrics.words.observe, morphology)
     words = estimated_words(req)
     admitted = state.admission.admit(words)
     try:
@@ -135,9 +135,10 @@ BODY_RULES = beyond_schema("tags-shape", "text-tokens", "conllu", "request-words
 @router.post("/parse", response_model=ParseResponse, openapi_extra=BODY_RULES, responses={
     **ERRORS, 200: {"content": {"text/conllu": {}}, "description": "parsed sentences (JSON or CoNLL-U)"}})
 async def parse(req: ParseRequest, state: State, request: Request) -> Response:
-    """The MBR tree of each sentence, every word with its head, label and the head's marginal probability."""
+    """The MBR tree of each sentence, every word with its head, label and the head's marginal probability (and
+    LEMMA and FEATS, with the bundle's probability, when the model has those components)."""
     build: Builder = parsing.parse_conllu if req.output == "conllu" else parsing.parse_json
-    result = await _run(state, request, req, build, conllu_ok=True, tag_samples_ok=True)
+    result = await _run(state, request, req, build, conllu_ok=True, tag_samples_ok=True, morphology=True)
     if isinstance(result, str):
         return Response(result, media_type="text/conllu; charset=utf-8")
     return JSONResponse(result)

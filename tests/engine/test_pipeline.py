@@ -24,13 +24,14 @@ from engine.training.pipeline import TrainOptions, TrainOptionsError
 @pytest.mark.slow
 def test_pipeline_trains_every_component(trained: tuple[Path, Path, dict]) -> None:
     model, _, summary = trained
-    assert summary["components"] == ["parser", "tokenizer", "tagger", "labeler"]
+    assert sorted(summary["components"]) == sorted(["parser", "tokenizer", "tagger", "labeler", "lemmatizer", "morph"])
     assert summary["dev"]["upos"] > 70 and summary["dev"]["uas"] > 40
     pipeline = Pipeline.load(model)
-    assert pipeline.components == ["tokenizer", "tagger", "parser", "labeler"]
+    assert pipeline.components == ["tokenizer", "tagger", "parser", "labeler", "lemmatizer", "morph"]
     manifest = json.loads((model / "manifest.json").read_text())
-    assert set(manifest["components"]) == {"tokenizer", "tagger", "labeler"}
-    assert all(name.split(".")[0] in {"weights", "tokenizer", "tagger", "labeler"} for name in manifest["arrays"])
+    assert set(manifest["components"]) == {"tokenizer", "tagger", "labeler", "lemmatizer", "morph"}
+    assert all(name.split(".")[0] in {"weights", "tokenizer", "tagger", "labeler", "lemmatizer", "morph"}
+               for name in manifest["arrays"])
     assert manifest["arrays"]["weights"]["dtype"] == "float16"  # a pipeline is stored at half precision
     # the model's default tag samples, and its dev scores measured with them
     assert manifest["inference"] == {"tag_samples": 2} and pipeline.default_tag_samples == 2
@@ -100,6 +101,32 @@ def test_cli_parse_text_and_untagged_conllu(trained: tuple[Path, Path, dict], tm
     assert main(["parse", "--model", str(model), "--input", str(untagged), "--output", str(out)]) == 0
     (s,) = read_conllu(out)
     assert s.forms == ["Dogs", "bark"] and "_" not in s.upos and all(s.deprels)
+    assert all(x != "_" for x in s.lemmas + s.feats[:1])  # LEMMA and FEATS filled where "_"
+
+
+def test_cli_parse_keeps_given_lemmas_unless_retagged(trained: tuple[Path, Path, dict], tmp_path: Path) -> None:
+    model, _, _ = trained
+    given = tmp_path / "given.conllu"
+    # sentence 1 has LEMMA and FEATS (its "_" are values: "bark" has no features), sentence 2 neither
+    given.write_text("1\tdogs\tDOGGY\tNOUN\tNNS\tFoo=Bar\t_\t_\t_\t_\n2\tbark\t_\tVERB\tVBP\t_\t_\t_\t_\t_\n\n"
+                     "1\tdogs\t_\tNOUN\tNNS\t_\t_\t_\t_\t_\n2\tbark\t_\tVERB\tVBP\t_\t_\t_\t_\t_\n\n", encoding="utf-8")
+    out = tmp_path / "out.conllu"
+    assert main(["parse", "--model", str(model), "--input", str(given), "--output", str(out)]) == 0
+    first, second = read_conllu(out)
+    assert first.lemmas == ["DOGGY", "_"] and first.feats == ["Foo=Bar", "_"]
+    assert second.lemmas == ["dog", "bark"] and second.feats[0] == "Number=Plur" and second.feats[1] != "_"
+    assert main(["parse", "--model", str(model), "--input", str(given), "--output", str(out), "--retag"]) == 0
+    first, _ = read_conllu(out)
+    assert first.lemmas == ["dog", "bark"] and first.feats[0] == "Number=Plur"
+
+
+def test_model_without_morphology_writes_underscores(trained: tuple[Path, Path, dict], tmp_path: Path) -> None:
+    pipeline = Pipeline.load(trained[0])
+    pipeline.lemmatizer = pipeline.morph = None
+    pipeline.save(tmp_path / "old")
+    out = tmp_path / "out.conllu"
+    assert main(["parse", "--model", str(tmp_path / "old"), "--text", "Dogs bark.", "--output", str(out)]) == 0
+    assert all(x == "_" for s in read_conllu(out) for x in s.lemmas + s.feats)
 
 
 @pytest.mark.slow
@@ -109,10 +136,13 @@ def test_cli_evaluate_predicted_tags_and_from_text(trained: tuple[Path, Path, di
     assert main(["evaluate", "--model", str(model), "--data", str(dev), "--tags", "predicted", "--json"]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert scores["tags"] == "predicted" and 70 < scores["upos"] <= 100 and scores["uas"] > 40
+    assert 70 < scores["lemmas"] <= 100 and 50 < scores["ufeats"] <= 100
+    assert 0 < scores["mlas"] <= scores["clas"] <= 100 and 0 < scores["blex"] <= scores["clas"]
     assert main(["evaluate", "--model", str(model), "--data", str(dev), "--from-text", "--json"]) == 0
     ud = json.loads(capsys.readouterr().out)
     assert ud["tokens"] > 90 and ud["words"] > 90 and 0 < ud["sentences"] <= 100
     assert 0 < ud["las"] <= ud["uas"] <= 100 and ud["gold_words"] == sum(s.n for s in read_conllu(dev))
+    assert ud["lemmas"] > 70 and ud["ufeats"] > 50 and 0 < ud["mlas"] <= 100 and 0 < ud["blex"] <= 100
 
 
 @pytest.mark.slow
@@ -242,7 +272,7 @@ def test_average_weights_of_parsers(trained: tuple[Path, Path, dict], tmp_path: 
     averaged = Pipeline.load(out)
     expected = (first_weights + second_weights) / 2
     np.testing.assert_allclose(averaged.parser.weights, expected, rtol=2**-10, atol=1e-7)  # float16 storage
-    assert averaged.components == ["tokenizer", "tagger", "parser", "labeler"]
+    assert averaged.components == ["tokenizer", "tagger", "parser", "labeler", "lemmatizer", "morph"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert [s["model"] for s in manifest["training"]["averaged"]] == [model.name, "other"]
     assert {s["train_file"] for s in manifest["training"]["averaged"]} == {"train.conllu"}
@@ -298,3 +328,25 @@ def test_average_of_one_model_gives_its_parser_other_components(trained: tuple[P
     assert manifest["training"]["history"] == a_manifest["training"]["history"]
     assert manifest["training"]["components_from"]["model"] == model.name
     assert "averaged" not in manifest["training"]
+
+
+def test_train_component_adds_lemma_and_feats_leaving_the_rest(trained: tuple[Path, Path, dict], tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    model, dev, _ = trained
+    pipeline = Pipeline.load(model)
+    pipeline.lemmatizer = pipeline.morph = None
+    pipeline.save(tmp_path / "old")
+    train = model.parent / "train.conllu"
+    assert main(["train-component", "lemmatizer", "morph", "--model", str(tmp_path / "old"), "--train", str(train),
+                 "--out", str(tmp_path / "new"), "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["components"][-2:] == ["lemmatizer", "morph"]
+    old, new = (json.loads((tmp_path / name / "manifest.json").read_text()) for name in ("old", "new"))
+    assert {k: v for k, v in new["arrays"].items() if not k.startswith(("lemmatizer.", "morph."))} == old["arrays"]
+    assert set(new["components"]) - set(old["components"]) == {"lemmatizer", "morph"}
+    assert Pipeline.load(tmp_path / "new").lemmatizer.info["train_file"] == "train.conllu"
+    # a model without a tagger is refused, naming the reason
+    repo_model = Path(__file__).resolve().parents[2] / "models" / "en_ewt-o1"
+    assert main(["train-component", "lemmatizer", "--model", str(repo_model), "--train", str(train),
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "no tagger" in capsys.readouterr().err

@@ -47,7 +47,7 @@ def test_default_model_is_the_full_pipeline() -> None:
     assert default.is_symlink() and default.resolve() == PIPELINE.resolve()
     assert sum(p.stat().st_size for p in PIPELINE.iterdir()) < 120 * 2**20  # half-precision arrays (183 MB at float32)
     pipeline = Pipeline.load(default)
-    assert pipeline.components == ["tokenizer", "tagger", "parser", "labeler"]
+    assert pipeline.components == ["tokenizer", "tagger", "parser", "labeler", "lemmatizer", "morph"]
     # the parser is the mean of several seeds' weights (engine average); every source records its training
     # data, and the tokenizer, tagger and labeller come from a pipeline trained on EWT train
     training = pipeline.manifest["training"]
@@ -75,3 +75,9 @@ def test_default_pipeline_parses_raw_text_end_to_end() -> None:
         assert is_tree(parsed.heads) and len(parsed.deprels) == s.n
         assert ((parsed.head_probs > 0) & (parsed.head_probs <= 1)).all()
         np.testing.assert_allclose(parsed.marginals[:, 1:].sum(axis=0), 1.0, atol=1e-6)
+    # LEMMA and FEATS (the analysis EWT gives these words; "ca"/"n't" lemmatised to can/not, "'s" to be)
+    parsed = pipeline.parser.parse(sentences)
+    (lemmas, feats, probs), _ = pipeline.analyse(sentences, [p.deprels for p in parsed])
+    assert lemmas == ["I", "can", "not", "believe", "it", "be", "already", "November", "."]
+    assert feats[0] == "Case=Nom|Number=Sing|Person=1|PronType=Prs" and feats[2] == "Polarity=Neg"
+    assert probs is not None and all(0 < x <= 1 for x in probs)

@@ -151,11 +151,14 @@ def test_e2e_training_job_then_parse_with_its_model(server: tuple[ServerProcess,
     assert parsed.status_code == 200 and parsed.json()["model"] == {"name": "tiny-e2e", "version": 1}
     # a job builds the whole pipeline by default: raw text is split, tagged, parsed and labelled
     entry = next(m for m in models if m["name"] == "tiny-e2e")
-    assert entry["components"] == ["tokenizer", "tagger", "parser", "labeler"] and not entry["needs_tags"]
+    assert entry["components"] == ["tokenizer", "tagger", "parser", "labeler", "lemmatizer", "morph"]
+    assert not entry["needs_tags"]
     from_text = c.post("/parse", json={"text": "Dogs bark. Cats sleep all day.", "model": "tiny-e2e"})
     assert from_text.status_code == 200, from_text.text
     words = [t for s in from_text.json()["sentences"] for t in s["tokens"]]
     assert [t["form"] for t in words][:2] == ["Dogs", "bark"] and all(t["upos"] != "_" and t["deprel"] for t in words)
+    # and LEMMA and FEATS from the job's lemmatizer and morphological tagger, with the bundles' probabilities
+    assert all(t["lemma"] != "_" and 0 < t["feats_prob"] <= 1 for t in words)
     assert c.delete(f"/jobs/{job_id}", headers=AUTH).status_code == 409  # finished jobs cannot be cancelled
 
 

@@ -1,0 +1,164 @@
+"""The command line's arguments: one ``argparse`` parser for ``python -m engine`` (``build_parser``), its
+subcommands' flags and the inference settings they give (``given_settings``). The commands themselves are in
+``engine.cli``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TAG_AVERAGES
+from engine.inference.bp import SCHEDULES
+from engine.inference.settings import method_settings
+from engine.text.layout import BLANK_LINE_MARKS, DEFAULT_BLANK_LINE
+from engine.training import options as train_options
+from engine.training.morphology import MORPHOLOGY_COMPONENTS
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a model (conditional log-likelihood, or approximation-aware --objective)")
+    p.add_argument("--train", required=True, help="training treebank (CoNLL-U)")
+    p.add_argument("--dev", help="development treebank for choosing the best epoch (CoNLL-U)")
+    p.add_argument("--out", required=True, help="model directory to write")
+    train_options.add_arguments(p)  # one flag per TrainOptions field (engine.training.options)
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--pruner", help="first-order model for arc pruning and warm start (--order 2); "
+                   "default: train one first")
+
+
+def _add_train_component(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train-component", help="train LEMMA/FEATS components and add them to an existing pipeline "
+                       "model (its parser, tagger, tokenizer and labeler are kept as they are)")
+    p.add_argument("components", nargs="+", choices=MORPHOLOGY_COMPONENTS, help="lemmatizer (LEMMA), morph (FEATS)")
+    p.add_argument("--model", required=True, help="pipeline model with a tagger")
+    p.add_argument("--train", required=True, help="training treebank (CoNLL-U) with LEMMA and FEATS")
+    p.add_argument("--out", help="model directory to write (default: --model, replaced atomically)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _add_model_io(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="model directory")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--inference", choices=["exact", "bp", "relaxed", "pruned"], help="default: exact for "
+                   "first-order models, bp for higher-order ones (exact is only valid for first-order models); "
+                   "relaxed: Riedel & Smith (2010) Algorithm 1, BP over the higher-order factors whose gain exceeds "
+                   "--epsilon; pruned: BP without the higher-order factors with |weight| < --prune-threshold")
+    # the inference settings: None (not given) -> the model's (manifest inference.<method>), else the method's
+    # declared default (engine.inference.settings)
+    p.add_argument("--bp-iterations", type=int, help="at most this many BP iterations (per round for relaxed); "
+                   f"default: the model's, else {_default('bp', 'iterations')} (pruned "
+                   f"{_default('pruned', 'iterations')}, relaxed {_default('relaxed', 'iterations')})")
+    p.add_argument("--epsilon", type=float, help="relaxed: gain threshold for adding a factor (default: the "
+                   f"model's, else {_default('relaxed', 'epsilon'):g})")
+    p.add_argument("--rounds", type=_rounds, default=argparse.SUPPRESS, metavar="R|inf",
+                   help="relaxed: at most R rounds of adding factors (default: the model's, else "
+                   f"{_default('relaxed', 'rounds') or 'inf'}; inf: until none is added)")
+    p.add_argument("--prune-threshold", type=float, help="pruned: drop factors with |weight| below this (default: "
+                   f"the model's, else {_default('pruned', 'threshold'):g})")
+    p.add_argument("--schedule", choices=SCHEDULES, help="BP's order of updates (default: the model's, else "
+                   f"{_default('bp', 'schedule')})")
+    p.add_argument("--no-prune", action="store_true", help="with --inference bp: build the factor graph over all "
+                   "arcs instead of those the model's first-order pruner keeps")
+    p.add_argument("--constraint", choices=["tree", "ptree", "exactly1", "atmost1", "not2", "exactly1+no2cycle"],
+                   help="with --inference bp: the hard factor to decode under (default: the model's tree)")
+    p.add_argument("--tag-samples", type=int, default=None, metavar="K",
+                   help="words tagged by the model's tagger: average the arc marginals and the label distributions "
+                   "over the best tags and K tag sequences drawn from the tagger's posterior (up to K + 1 parses; "
+                   "better calibrated head and label probabilities); default: the model's (manifest "
+                   "inference.tag_samples, 0 if absent), 0 with --kbest, --samples or --constraint")
+    p.add_argument("--calibration", choices=["model", "none"], default="model",
+                   help="model: map head probabilities through the calibration fitted for the model (manifest "
+                   "inference.head_power, `calibrate`; the trees do not change); none: the raw marginals")
+    p.add_argument("--tag-average", choices=TAG_AVERAGES, default=None,
+                   help="with tag samples, what is averaged over the tag sequences: 'marginals' (a parse per "
+                   "distinct sequence; better calibrated) or 'potentials' (one parse per sentence over the "
+                   "factors' potentials averaged across the sequences; faster); default: the model's (manifest "
+                   f"inference.tag_average, else {DEFAULT_TAG_AVERAGE})")
+
+
+def _default(method: str, name: str) -> Any:
+    """The declared default of an inference setting (for the help texts)."""
+    return method_settings(method)[name].default
+
+
+# command-line flag (argparse dest) -> public name of the inference setting it gives
+_INFERENCE_FLAGS = {"bp_iterations": "iterations", "epsilon": "epsilon", "rounds": "rounds",
+                    "prune_threshold": "threshold", "schedule": "schedule"}
+
+
+def given_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The inference settings given on the command line, by public name (``--rounds inf`` gives None)."""
+    return {name: getattr(args, dest) for dest, name in _INFERENCE_FLAGS.items()
+            if hasattr(args, dest) and (getattr(args, dest) is not None or dest == "rounds")}
+
+
+def _rounds(text: str) -> int | None:
+    if text.lower() in ("inf", "none"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or inf, got {text!r}") from None
+
+
+def _add_average(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("average", help="one parser from several trained alike (different --seed): the mean of "
+                       "their weights")
+    p.add_argument("--models", nargs="+", required=True, help="parser or pipeline models with the same order, "
+                   "features and pruner (one model: its parser unchanged, e.g. to give it --components-from)")
+    p.add_argument("--out", required=True, help="output model directory")
+    p.add_argument("--components-from", metavar="PIPELINE", help="a pipeline model whose tokenizer, tagger and "
+                   "labeler go with the averaged parser (default: the first model's)")
+    p.add_argument("--dev", help="score the result on this treebank (re-tagged first when the result has a "
+                   "tagger) and record the scores in its manifest")
+    p.add_argument("--name", help="model name in the manifest (default: the output directory's name)")
+    p.add_argument("--tag-samples", type=int, metavar="K", help="the result's default --tag-samples (manifest "
+                   "inference.tag_samples; parse, evaluate and the service use it unless told otherwise)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m engine", description=__doc__.splitlines()[0])
+    ap.add_argument("-v", "--verbose", action="store_true")
+    sub = ap.add_subparsers(dest="command", required=True)
+    _add_train(sub)
+    _add_train_component(sub)
+    _add_average(sub)
+    p = sub.add_parser("evaluate", help="parse a treebank and score it against its gold trees")
+    _add_model_io(p)
+    p.add_argument("--data", required=True, help="gold treebank (CoNLL-U)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--reliability", action="store_true", help="include the reliability (calibration) table")
+    p.add_argument("--tags", choices=["gold", "predicted"], default="gold",
+                   help="predicted: re-tag the gold-tokenised input with the model's tagger before parsing")
+    p.add_argument("--from-text", action="store_true", help="run the whole pipeline from the raw '# text' lines "
+                   "and score with the CoNLL 2018 UD alignment (tokens, sentences, words, UPOS, UAS, LAS as F1)")
+    p.add_argument("--wrap", type=int, metavar="WIDTH", help="with --from-text: wrap the text's lines at WIDTH "
+                   "characters (at spaces), as text files and conllu_to_text.pl (80) have it")
+    p = sub.add_parser("parse", help="parse CoNLL-U (HEAD/DEPREL are ignored) and write CoNLL-U")
+    _add_model_io(p)
+    p.add_argument("--input", help="input file (default: stdin)")
+    p.add_argument("--input-format", choices=["conllu", "text"], default="conllu",
+                   help="conllu (words whose UPOS is '_' are tagged by the model's tagger) or raw text")
+    p.add_argument("--text", help="raw text to parse (instead of --input)")
+    p.add_argument("--blank-line", choices=BLANK_LINE_MARKS, default=DEFAULT_BLANK_LINE,
+                   help="raw text: a blank line starts a paragraph (# newpar) or a document (# newdoc); a single "
+                   "line break is a space either way")
+    p.add_argument("--retag", action="store_true", help="re-tag every word with the model's tagger")
+    p.add_argument("--output", help="output CoNLL-U file (default: stdout)")
+    alt = p.add_mutually_exclusive_group()
+    alt.add_argument("--kbest", type=int, metavar="K", help="write the K most probable trees of each sentence")
+    alt.add_argument("--samples", type=int, metavar="N", help="write N trees sampled from each sentence's distribution")
+    p.add_argument("--seed", type=int, help="random seed for --samples")
+    p = sub.add_parser("calibrate", help="fit the calibration of head probabilities on a development treebank "
+                       "(parsed as `evaluate` parses it: re-tagged when the model has a tagger) and store it in "
+                       "the model's manifest (inference.head_power); an explicit --tag-samples or --tag-average "
+                       "is stored as the model's default too (the calibration holds for the settings it was "
+                       "fitted under)")
+    _add_model_io(p)
+    p.add_argument("--data", required=True, help="development treebank (CoNLL-U), never the test set")
+    p = sub.add_parser("score", help="score a parsed CoNLL-U file against the gold file")
+    p.add_argument("--gold", required=True)
+    p.add_argument("--pred", required=True)
+    p.add_argument("--json", action="store_true")
+    return ap

@@ -1,0 +1,92 @@
+"""The lemmatizer's edit scripts, and both LEMMA/FEATS components learning from a small treebank, predicting
+unseen words by their affixes and tags, and surviving their state round trip."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from engine.pipeline import component_class
+from engine.text.lemmatizer import Lemmatizer, apply_script, edit_script
+from engine.text.morph import MorphTagger
+
+
+@pytest.mark.parametrize(("form", "lemma", "script"), [
+    ("Running", "run", "L|4|"), ("studies", "study", "K|3|y"), ("went", "go", "K|4|go"), ("cats", "cat", "K|1|"),
+    ("Paris", "Paris", "K|0|"), ("THE", "the", "L|0|"), ("", "", "K|0|"),
+])
+def test_edit_script_round_trip(form: str, lemma: str, script: str) -> None:
+    assert edit_script(form, lemma) == script
+    assert apply_script(form, script) == lemma
+
+
+def test_script_that_does_not_fit_keeps_the_form() -> None:
+    assert apply_script("at", "L|3|") == "at"
+    assert apply_script("at", "L|2|") == "at"  # would leave nothing
+    assert apply_script("at", "L|2|be") == "be"
+
+
+@dataclass
+class _Sent:
+    forms: list[str]
+    lemmas: list[str]
+    upos: list[str]
+    xpos: list[str]
+    feats: list[str]
+    deprels: list[str]
+
+
+def _treebank() -> list[_Sent]:
+    """Plural nouns ending in -s (lemma without -s, Number=Plur) and past verbs in -ed (lemma without -ed,
+    Tense=Past), with the determiner "the"."""
+    nouns = ["cats", "dogs", "cars", "hats", "pens", "cups", "maps", "bags", "rats", "bats"]
+    verbs = ["walked", "jumped", "played", "kicked", "pushed", "pulled", "cooked", "looked", "called", "helped"]
+    out = []
+    for k in range(60):
+        n, v = nouns[k % len(nouns)], verbs[(k * 3) % len(verbs)]
+        out.append(_Sent(["The", n, v], ["the", n[:-1], v[:-2]], ["DET", "NOUN", "VERB"], ["DT", "NNS", "VBD"],
+                         ["Definite=Def|PronType=Art", "Number=Plur", "Mood=Ind|Tense=Past|VerbForm=Fin"],
+                         ["det", "nsubj", "root"]))
+    return out
+
+
+def test_components_generalise_to_unseen_words() -> None:
+    train = _treebank()
+    lem = Lemmatizer.train(train, min_class_count=2, min_count=1, epochs=5)
+    morph = MorphTagger.train(train, min_class_count=2, min_count=1, epochs=5)
+    test = [_Sent(["The", "frogs", "hopped"], ["_"] * 3, ["DET", "NOUN", "VERB"], ["DT", "NNS", "VBD"], ["_"] * 3,
+                  ["det", "nsubj", "root"])]
+    assert lem.lemmatize(test) == [["the", "frog", "hopp"]]  # "-ed" stripped as learnt: hopp, not hop
+    [(bundles, probs)] = morph.analyse(test)
+    assert bundles == ["Definite=Def|PronType=Art", "Number=Plur", "Mood=Ind|Tense=Past|VerbForm=Fin"]
+    assert all(0.5 < p <= 1.0 for p in probs)
+    assert probs[0] == 1.0  # "The" (DET, DT) is in the dictionary: the share of its bundle in training
+
+
+def test_bundles_restricted_to_those_seen_with_the_upos() -> None:
+    train = _treebank()
+    morph = MorphTagger.train(train, min_class_count=2, min_count=1, epochs=5)
+    # an unseen word tagged NOUN never gets a verb's bundle, whatever its suffix says
+    test = [_Sent(["The", "jumped"], ["_"] * 2, ["DET", "NOUN"], ["DT", "VBD"], ["_"] * 2, ["det", "root"])]
+    [(bundles, _)] = morph.analyse(test)
+    assert bundles[1] == "Number=Plur"
+
+
+@pytest.mark.parametrize("name", ["lemmatizer", "morph"])
+def test_state_round_trip_and_refusal(name: str) -> None:
+    cls = component_class(name)
+    part = cls.train(_treebank(), min_class_count=2, min_count=1, epochs=2)
+    meta, arrays = part.to_state()
+    assert all(isinstance(a, np.ndarray) and a.dtype != object for a in arrays.values())
+    again = cls.from_state(meta, arrays)
+    sents = _treebank()[:3]
+    if name == "lemmatizer":
+        assert again.lemmatize(sents) == part.lemmatize(sents)
+    else:
+        assert again.analyse(sents) == part.analyse(sents)
+    with pytest.raises(ValueError, match="state"):
+        cls.from_state({**meta, "version": 99}, arrays)
+    with pytest.raises(ValueError, match="classes"):
+        cls.from_state(meta, {**arrays, "classes": np.array([len(meta["values"])])})
