@@ -293,16 +293,21 @@ class ArcScorer:
         tags[:, 1:] = [[tag_index.get(t, -1) for t in s.upos] for s in sentences]
         return codes, tags
 
+    def _words(self, sentences: Sequence[Tokens], ref: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Per word of a batch of one length: its UPOS index, the head and dependent hash halves of every
+        template, and whether either half differs from those of the same word in sentence ``ref[b]``."""
+        codes, tags = self.codes(sentences)
+        heads = _halves(codes, self.seeds, self.head)
+        deps = _halves(codes, self.dep_seeds, self.dep)
+        return tags, heads, deps, (heads != heads[ref]).any(axis=2) | (deps != deps[ref]).any(axis=2)
+
     def __call__(self, sentences: Sequence[Tokens]) -> list[np.ndarray]:
         n = len(sentences[0].forms)
         if any(len(s.forms) != n for s in sentences):
             raise ValueError("ArcScorer takes a batch of sentences of one length")
-        codes, tags = self.codes(sentences)
-        heads = _halves(codes, self.seeds, self.head)
-        deps = _halves(codes, self.dep_seeds, self.dep)
         first: dict[int, int] = {}  # copies of one sentence under other tags share its list of forms
         ref = np.array([first.setdefault(id(s.forms), i) for i, s in enumerate(sentences)], dtype=np.int64)
-        diff = (heads != heads[ref]).any(axis=2) | (deps != deps[ref]).any(axis=2)
+        tags, heads, deps, diff = self._words(sentences, ref)
         dir_codes, dist_codes = _context_codes(n)
         modulus = np.uint64(self.extractor.dim - 1)
         out: list[np.ndarray] = []
@@ -324,11 +329,8 @@ class ArcScorer:
         n = len(sentences[0].forms)
         if any(len(s.forms) != n for s in items):
             raise ValueError("ArcScorer takes a batch of sentences of one length")
-        codes, tags = self.codes(items)
-        heads = _halves(codes, self.seeds, self.head)
-        deps = _halves(codes, self.dep_seeds, self.dep)
         ref = np.concatenate([np.arange(len(sentences)), np.asarray(owner, dtype=np.int64)])
-        diff = (heads != heads[ref]).any(axis=2) | (deps != deps[ref]).any(axis=2)
+        tags, heads, deps, diff = self._words(items, ref)
         dir_codes, dist_codes = _context_codes(n)
         listed = np.ascontiguousarray(arcs, dtype=np.int64).copy()
         listed[:, 0] += len(sentences)

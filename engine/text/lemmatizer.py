@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.text.word_classifier import Tagged, WordClassifier
+from engine.text.word_classifier import Tagged, WordClassifier, classifier_from_state, versioned_state
 
 STATE_FORMAT = "lemmatizer"
 STATE_VERSION = 1
@@ -84,12 +84,8 @@ class Lemmatizer:
         return out
 
     def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        meta, arrays = self.classifier.to_state()
-        return {"format": STATE_FORMAT, "version": STATE_VERSION, "info": self.info, **meta}, arrays
+        return versioned_state(self.classifier, STATE_FORMAT, STATE_VERSION, self.info)
 
     @classmethod
     def from_state(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Lemmatizer:
-        if meta.get("format") != STATE_FORMAT or meta.get("version") != STATE_VERSION:
-            raise ValueError(f"not a {STATE_FORMAT} v{STATE_VERSION} state: {meta.get('format')!r} "
-                             f"v{meta.get('version')!r}")
-        return cls(WordClassifier.from_state(meta, arrays), meta.get("info"))
+        return cls(classifier_from_state(meta, arrays, STATE_FORMAT, STATE_VERSION), meta.get("info"))

@@ -250,3 +250,19 @@ def _build_dictionary(forms: list[str], upos: list[str], xpos: list[str], target
     keys = np.array(sorted(entries), dtype=np.uint64)
     return (keys, np.array([entries[int(k)][0] for k in keys], dtype=np.int64),
             np.array([entries[int(k)][1] for k in keys], dtype=np.float64))
+
+
+def versioned_state(classifier: WordClassifier, fmt: str, version: int,
+                    info: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """A component's state: its classifier's, tagged with the component's format, version and training record."""
+    meta, arrays = classifier.to_state()
+    return {"format": fmt, "version": version, "info": info, **meta}, arrays
+
+
+def classifier_from_state(meta: dict[str, Any], arrays: dict[str, np.ndarray], fmt: str,
+                          version: int) -> WordClassifier:
+    """The classifier of a component's state written by ``versioned_state``; ``ValueError`` if the state is of
+    another format or version."""
+    if meta.get("format") != fmt or meta.get("version") != version:
+        raise ValueError(f"not a {fmt} v{version} state: {meta.get('format')!r} v{meta.get('version')!r}")
+    return WordClassifier.from_state(meta, arrays)
