@@ -37,6 +37,7 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("features", "engine.features.extract.FeatureExtractor", "extract"),
     ("features+potentials", "engine.bp_parser.BPParser", "link_and_prune_scores"),
     ("features+potentials", "engine.scoring.fused.ArcScorer", "__call__"),
+    ("copies' link potentials (tag-averaged)", "engine.bp_parser.BPParser", "mixed_link_scores"),
     ("potentials", "engine.bp_parser", "arc_scores"),
     ("potentials", "engine.parser", "arc_scores"),
     ("pruning", "engine.bp_parser", "exact_marginals"),
