@@ -19,10 +19,10 @@ are exchangeable, its true candidate's score is at most ``q`` with probability >
 the rank of the test score among the n + 1 is uniform), so the set covers it with that probability.
 
 Non-randomised, and why: the randomised score ``s + u p_y`` (u uniform) makes coverage exactly 1 - alpha but
-gives empty sets on the confident words (with a parser right 86% of the time, on about half of them at
-alpha = 0.1) and answers that change from call to call; the non-randomised set is deterministic, never
-empty (the most probable candidate has score 0 <= q) and only over-covers, by the mass of the scores that tie
-at q (the zeros of the words whose most probable candidate is right, when 1 - alpha is below that accuracy).
+gives empty sets (the shipped EWT model: 4.5% of dev words at alpha = 0.1, ``bench/aps_randomised.py``) and
+answers that change from call to call; the non-randomised set is deterministic, never empty (the most
+probable candidate has score 0 <= q) and only over-covers, by the mass of the scores that tie at q (the zeros
+of the words whose most probable candidate is right, when 1 - alpha is below that accuracy).
 
 The unit of exchangeability is the word. Words of one sentence are not independent: the guarantee is for a
 word drawn like the dev words (a random word of a random text of the same kind), not for every sentence.
