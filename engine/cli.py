@@ -22,9 +22,11 @@ from engine.cli_args import build_parser  # noqa: F401  (tests use both)
 from engine.cli_args import given_settings as _given_settings
 from engine.data.conllu_io import ConlluError, check_parsable, format_sentence, read_conllu, write_conllu
 from engine.decode.calibration import calibrated, fit_power
+from engine.decode.conformal import fit_conformal, sets_misc, stored_conformal
 from engine.decode.labeler import label_arcs
 from engine.decode.tag_marginal import parse_over_tag_samples
-from engine.evaluation.metrics import attachment_scores, tag_accuracy
+from engine.evaluation.metrics import attachment_scores, inference_summary, tag_accuracy
+from engine.evaluation.scored_file import score_file
 from engine.evaluation.ud_align import evaluate_ud
 from engine.inference.settings import resolve
 from engine.model.store import ModelError, file_sha256, update_manifest
@@ -200,7 +202,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         scores.update({m: ud[m] for m in MORPHOLOGY_METRICS})
         seconds = time.perf_counter() - start
         scores["tags"] = args.tags
-        scores.update(_inference_summary(parsed))
+        scores.update(inference_summary(parsed))
         scores["seconds"] = round(seconds, 3)
         scores["tokens_per_second"] = round(scores["tokens"] / seconds, 1) if seconds > 0 else None
     if args.json:
@@ -226,7 +228,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     gold = read_conllu(args.data)
     check_parsable(gold, args.data)
     args.calibration = "none"
-    before, parsed, _ = _score_gold_tokens(args, parse, gold, predicted=args.pipeline.tagger is not None)
+    before, parsed, inputs = _score_gold_tokens(args, parse, gold, predicted=args.pipeline.tagger is not None)
     gold_heads = [g.heads for g in gold if g.heads is not None]
     if len(gold_heads) != len(gold):
         raise UsageError(f"{args.data}: calibration needs gold HEAD values")
@@ -236,7 +238,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     fitted = {"data": Path(args.data).name, "data_sha256": file_sha256(args.data), "objective": "chosen-head brier",
               "tag_samples": args.tag_samples, "tag_average": args.tag_average or args.pipeline.default_tag_average,
               "ece_before": round(before["ece"], 5), "ece_after": round(after["ece"], 5)}
-    inference = {**(args.pipeline.manifest.get("inference") or {}), "head_power": power, "head_calibration": fitted}
+    inference = {**(args.pipeline.manifest.get("inference") or {}), "head_power": power, "head_calibration": fitted,
+                 "conformal": {**fit_conformal(tuned, inputs, gold, args.pipeline.parser.labeler), "head_power": power,
+                               **{k: fitted[k] for k in ("data", "data_sha256", "tag_samples", "tag_average")}}}
     if args.tag_average:  # the calibration holds for the settings it was fitted under: they become the defaults
         inference["tag_average"] = args.tag_average
     if given_samples is not None:
@@ -260,17 +264,6 @@ def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any],
         scores["upos"] = tag_accuracy(gold, inputs)
     scores["tag_samples"] = args.tag_samples if tagged else 0
     return scores, parsed, inputs
-
-
-def _inference_summary(parsed: list[Any]) -> dict[str, Any]:
-    """BP-based inference: total ``inference_seconds`` (inference alone, no features or decoding), mean
-    ``factor_fraction`` of the higher-order factors used and mean ``eta`` (Riedel & Smith Prop. 2)."""
-    diags = [p.diagnostics or {} for p in parsed]
-    if not diags or any("inference_seconds" not in d for d in diags):
-        return {}
-    return {"inference_seconds": round(sum(d["inference_seconds"] for d in diags), 4),
-            "factor_fraction": float(np.mean([d["factor_fraction"] for d in diags])),
-            "eta_mean": float(np.mean([d["eta"] for d in diags]))}
 
 
 def _read_input(args: argparse.Namespace) -> tuple[list[Any], str]:
@@ -298,6 +291,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
         raise UsageError("--kbest and --samples need one tree distribution per sentence; --tag-samples averages "
                          "several, so it cannot be combined with them")
     pipeline, parse = _load_parser(args)
+    conformal = _conformal(args)
     _resolve_tag_samples(args, single_tagging=args.kbest is not None or args.samples is not None)
     sentences, source = _read_input(args)
     check_parsable(sentences, source)
@@ -314,7 +308,8 @@ def cmd_parse(args: argparse.Namespace) -> int:
         tags = (s.upos, s.xpos) if i in tagged else (None, None)
         morph = _morphology(s, analyses[i][0], analyses[i][1], overwrite=args.retag)
         if args.kbest is None and args.samples is None:
-            blocks.append(_block(s, p, p.heads, p.deprels, tags=tags, morph=morph))
+            sets = sets_misc(p, s, labeler, conformal, args.head_sets) if conformal else None
+            blocks.append(_block(s, p, p.heads, p.deprels, tags=tags, morph=morph, extra=sets))
             continue
         if p.distribution is None:
             raise UsageError("--kbest and --samples need a tree distribution: exact inference, or BP with a "
@@ -346,13 +341,12 @@ def _morphology(sentence: Any, lemmas: list[str] | None, feats: list[str] | None
 
 def _block(sentence: Any, parsed: Any, heads: np.ndarray, deprels: list[str],
            comments: list[str] | None = None, tags: tuple[Any, Any] = (None, None),
-           morph: tuple[Any, Any] = (None, None)) -> str:
+           morph: tuple[Any, Any] = (None, None), extra: dict[str, Any] | None = None) -> str:
     """A sentence block with the given tree and labels (and predicted ``tags``: UPOS, XPOS; ``morph``:
-    LEMMA, FEATS), and each head's marginal as HeadProb."""
-    m = np.arange(1, len(heads))
-    probs = parsed.marginals[heads[1:], m]
-    text = format_sentence(sentence, heads=heads, deprels=deprels, misc={"HeadProb": [f"{x:.4f}" for x in probs]},
-                           upos=tags[0], xpos=tags[1], lemmas=morph[0], feats=morph[1])
+    LEMMA, FEATS), each head's marginal as HeadProb and the ``extra`` MISC values."""
+    probs = parsed.marginals[heads[1:], np.arange(1, len(heads))]
+    text = format_sentence(sentence, heads=heads, deprels=deprels, misc={"HeadProb": [f"{x:.4f}" for x in probs],
+                           **(extra or {})}, upos=tags[0], xpos=tags[1], lemmas=morph[0], feats=morph[1])
     if not comments:
         return text
     lines = text.split("\n")
@@ -360,25 +354,20 @@ def _block(sentence: Any, parsed: Any, heads: np.ndarray, deprels: list[str],
     return "\n".join(lines[:at] + comments + lines[at:])
 
 
+def _conformal(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The model's conformal thresholds when ``--head-sets`` is given (``engine.decode.conformal``)."""
+    if args.head_sets is not None and (args.kbest or args.samples or args.calibration == "none"):
+        raise UsageError("--head-sets (sets around the MBR tree, under the calibration they were fitted with) "
+                         "cannot be combined with --kbest, --samples or --calibration none")
+    try:
+        return None if args.head_sets is None else stored_conformal(args.pipeline.manifest, args.head_sets)
+    except ValueError as e:
+        raise UsageError(f"--head-sets: {args.model}: {e}") from e
+
+
 def cmd_score(args: argparse.Namespace) -> int:
     """Attachment scores of a parsed file; confidences from MISC ``HeadProb`` (1.0 when absent)."""
-    gold, pred = read_conllu(args.gold), read_conllu(args.pred)
-    if len(gold) != len(pred) or any(g.forms != p.forms for g, p in zip(gold, pred, strict=False)):
-        raise ConlluError(args.pred, 1, f"does not have the same sentences and words as {args.gold}")
-    pred_heads: list[np.ndarray] = []
-    for p in pred:
-        if p.heads is None:
-            raise ConlluError(args.pred, p.start_line, "sentence has no predicted HEAD values")
-        pred_heads.append(p.heads)
-
-    def head_prob(misc: str) -> float:
-        for item in misc.split("|"):
-            if item.startswith("HeadProb="):
-                return float(item.split("=", 1)[1])
-        return 1.0
-
-    scores = attachment_scores(gold, pred_heads, [p.deprels for p in pred],
-                               [np.array([head_prob(m) for m in p.misc]) for p in pred])
+    scores = score_file(args.gold, args.pred)
     print(json.dumps(scores) if args.json else "\n".join(f"{k:>14}: {v}" for k, v in scores.items()))
     return 0
 

@@ -150,11 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     alt.add_argument("--kbest", type=int, metavar="K", help="write the K most probable trees of each sentence")
     alt.add_argument("--samples", type=int, metavar="N", help="write N trees sampled from each sentence's distribution")
     p.add_argument("--seed", type=int, help="random seed for --samples")
-    p = sub.add_parser("calibrate", help="fit the calibration of head probabilities on a development treebank "
-                       "(parsed as `evaluate` parses it: re-tagged when the model has a tagger) and store it in "
-                       "the model's manifest (inference.head_power); an explicit --tag-samples or --tag-average "
-                       "is stored as the model's default too (the calibration holds for the settings it was "
-                       "fitted under)")
+    p.add_argument("--head-sets", type=float, metavar="ALPHA", help="conformal head and label sets at level ALPHA "
+                   "in MISC: HeadSet=3,5 DeprelSet=nsubj,obj (thresholds fitted by `calibrate`)")
+    p = sub.add_parser("calibrate", help="fit the calibration of head probabilities and the thresholds of head "
+                       "sets on a development treebank (parsed as `evaluate` parses it: re-tagged when the model has "
+                       "a tagger) and store them in the model's manifest (inference.head_power, .conformal); an "
+                       "explicit --tag-samples or --tag-average is stored as the model's default too (the "
+                       "calibration holds for the settings it was fitted under)")
     _add_model_io(p)
     p.add_argument("--data", required=True, help="development treebank (CoNLL-U), never the test set")
     p = sub.add_parser("score", help="score a parsed CoNLL-U file against the gold file")

@@ -109,6 +109,9 @@ class ParsedSentence:
     label_probs: np.ndarray
     diagnostics: dict[str, Any] | None = None  # BP: iterations, converged, residual
     distribution: TreeDistribution | None = None  # the distribution over trees behind the marginals
+    # (n, L) label distributions on the tree when they were averaged over tag samples (engine.decode.tag_marginal);
+    # None: the labeller's on the tree (engine.decode.conformal.label_rows computes them when needed)
+    label_dists: np.ndarray | None = None
 
 
 UNLABELLED: tuple[list[str], np.ndarray] = ([], np.zeros(0))  # the labels of a parse asked for without them

@@ -15,6 +15,7 @@ import numpy as np
 from engine.bp_parser import BPParser
 from engine.data.conllu_io import Sentence, format_sentence
 from engine.decode.calibration import calibrated
+from engine.decode.conformal import word_sets
 from engine.decode.tag_marginal import TagSequence, parse_over_tag_samples
 from engine.features.tag_mixture import TagMixture
 from engine.inference.relaxed import InferenceConfig, marginal_interval
@@ -179,6 +180,21 @@ def confidence_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> 
                    "upper": up[j]} for j in range(s.n)]
         out.append({"eta": eta_out, "kl_bound": eta_out, "method": method, "covers": _COVERS.get(method, _COVERS["bp"]),
                     "tag_samples": int(diag.get("tag_samples", 0)), "tokens": tokens})
+    return out
+
+
+def with_sets(out: list[dict[str, Any]], sentences: list[Sentence], parsed: list[ParsedSentence], labeler: Any,
+              conformal: dict[str, Any], alpha: float) -> list[dict[str, Any]]:
+    """``confidence_json``'s sentences with each token's conformal ``head_set``, ``head_set_prob`` and
+    ``deprel_set`` at level ``alpha`` (``engine.decode.conformal``; ``deprel_set`` when the model stores label
+    thresholds)."""
+    for sentence, s, p in zip(out, sentences, parsed, strict=True):
+        heads, mass, labels = word_sets(p, s, labeler, conformal, alpha)
+        for j, token in enumerate(sentence["tokens"]):
+            token["head_set"] = heads[j]
+            token["head_set_prob"] = _finite(np.array([mass[j]]), "head set probabilities")[0]
+            if labels is not None:
+                token["deprel_set"] = labels[j]
     return out
 
 

@@ -108,7 +108,8 @@ class ModelEntry:
                 "default_inference": self.default_method, "inference_defaults": self.inference_defaults,
                 "default_tag_samples": self.default_tag_samples,
                 "default_tag_average": self.pipeline.default_tag_average,
-                "head_power": self.pipeline.default_head_power}
+                "head_power": self.pipeline.default_head_power,
+                "head_sets": "conformal" in (man.get("inference") or {})}
 
 
 class UnknownModel(LookupError):

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, cast, get_args
 from annotated_types import Ge, Le
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, WithJsonSchema, model_validator
 
+from engine.decode.conformal import ALPHA_MIN
 from engine.features.extract import UPOS_TAGS
 from engine.inference.settings import method_settings
 from engine.pipeline import MAX_TAG_SAMPLES
@@ -108,7 +109,8 @@ BEYOND_SCHEMA: dict[str, str] = {
     "request-words": "all sentences together have at most max_request_words words",
     "model-capability": "the model named (or the default) can do what is asked: text needs a tokenizer, tokens "
                         "or CoNLL-U without UPOS need a tagger, method exact needs a first-order model "
-                        "(GET /models: components, default_inference)",
+                        "(GET /models: components, default_inference), alpha on /confidence needs the model's "
+                        "conformal thresholds (head_sets) and its calibration (not inference.calibration none)",
     "one-input": "GET /marginals: exactly one of text or tokens; tags and xpos go with tokens",
     "job-config": "config is a JSON object valid under the JobConfig schema, naming no shipped model",
     "treebank": "train and dev are UTF-8 CoNLL-U with at least one sentence, a word in each, a HEAD for every word",
@@ -208,7 +210,16 @@ class MarginalsRequest(ParseRequest):
 
 
 class ConfidenceRequest(MarginalsRequest):
-    """The input of /confidence: that of /marginals (tag samples included: /parse's inference)."""
+    """The input of /confidence: that of /marginals (tag samples included: /parse's inference), and the level of
+    the conformal head and label sets."""
+
+    alpha: float | None = Field(None, ge=ALPHA_MIN, lt=1, allow_inf_nan=False, description="level of the "
+                                "conformal head and label sets (engine.decode.conformal): on words like the dev "
+                                "set the model was calibrated on, the true head (label) is in the set with "
+                                f"probability >= 1 - alpha. At least {ALPHA_MIN} (the smallest level the model "
+                                "stores); levels between the stored ones are answered conservatively. Needs the "
+                                "model's thresholds (`python -m engine calibrate`) and its calibration. Default: "
+                                "no sets")
 
 
 class TreesRequest(MarginalsRequest):
@@ -300,6 +311,10 @@ class ConfidenceToken(BaseModel):
     prob: float
     lower: float
     upper: float
+    head_set: list[int] | None = Field(None, description="with alpha: the conformal head set, most probable first")
+    head_set_prob: float | None = Field(None, description="with alpha: the head set's total probability")
+    deprel_set: list[str] | None = Field(None, description="with alpha: the conformal label set of the arc to "
+                                         "the chosen head, most probable first")
 
 
 class ConfidenceSentence(BaseModel):
@@ -355,6 +370,8 @@ class ModelInfo(BaseModel):
     head_power: float = Field(1.0, description="the calibration of head probabilities fitted for the model "
                               "(p(h|m)^a renormalised per word; 1: none), applied unless inference.calibration "
                               "is none")
+    head_sets: bool = Field(False, description="the model stores conformal thresholds: /confidence answers alpha "
+                            "with head and label sets")
 
 
 class InferenceLimits(BaseModel):

@@ -208,6 +208,7 @@ def _with_averaged_labels(sentences: Sequence[Any], samples: Sequence[Sequence[T
     out = list(parsed)
     for i, heads in trees.items():
         c = 1 + len(samples[i])
+        avg: np.ndarray | None = None
         if i in label_sums:
             avg = label_sums[i] / c
             best = avg.argmax(axis=1)
@@ -217,5 +218,5 @@ def _with_averaged_labels(sentences: Sequence[Any], samples: Sequence[Sequence[T
         marginals = total[i] / c
         diagnostics = {**(parsed[i].diagnostics or {}), "tag_samples": c - 1, "tag_parses": 1 + len(distinct[i])}
         out[i] = ParsedSentence(heads, marginals[heads[1:], np.arange(1, len(heads))], marginals, None, deprels,
-                                label_probs, diagnostics, None)
+                                label_probs, diagnostics, None, label_dists=avg)
     return out

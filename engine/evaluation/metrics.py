@@ -77,3 +77,14 @@ def tag_accuracy(gold: Sequence[Any], predicted: Sequence[Any], field: str = "up
     pairs = [(g, p) for gs, ps in zip(gold, predicted, strict=True)
              for g, p in zip(getattr(gs, field), getattr(ps, field), strict=True)]
     return 100.0 * sum(g == p for g, p in pairs) / max(len(pairs), 1)
+
+
+def inference_summary(parsed: list[Any]) -> dict[str, Any]:
+    """BP-based inference: total ``inference_seconds`` (inference alone, no features or decoding), mean
+    ``factor_fraction`` of the higher-order factors used and mean ``eta`` (Riedel & Smith Prop. 2)."""
+    diags = [p.diagnostics or {} for p in parsed]
+    if not diags or any("inference_seconds" not in d for d in diags):
+        return {}
+    return {"inference_seconds": round(sum(d["inference_seconds"] for d in diags), 4),
+            "factor_fraction": float(np.mean([d["factor_fraction"] for d in diags])),
+            "eta_mean": float(np.mean([d["eta"] for d in diags]))}

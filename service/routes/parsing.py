@@ -17,12 +17,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError, WithJsonSchema
 
+from engine.decode.conformal import stored_conformal
 from engine.pipeline import MAX_TAG_SAMPLES
 from service import parsing
 from service.batcher import ShuttingDown, Ticket
 from service.inputs import estimated_words
 from service.parse_batch import Builder, ParseWork
 from service.problems import ProblemError
+from service.registry import ModelEntry
 from service.schemas import (
     MAX_QUERY_TEXT_CHARS,
     MODEL_REF,
@@ -198,7 +200,27 @@ async def confidence(req: ConfidenceRequest, state: State, request: Request) -> 
     """Each chosen head's probability with the interval of Riedel & Smith (2010) Proposition 2: the same
     inference as ``/parse`` and ``/marginals`` (with the same ``inference.tag_samples`` default), so the heads
     and probabilities are theirs."""
-    return JSONResponse(await _run(state, request, req, parsing.confidence_json, tag_samples_ok=True))
+    build: Builder = parsing.confidence_json
+    if req.alpha is not None:
+        build = _with_sets(state.model(req.model), req)
+    return JSONResponse(await _run(state, request, req, build, tag_samples_ok=True))
+
+
+def _with_sets(entry: ModelEntry, req: ConfidenceRequest) -> Builder:
+    """``confidence_json`` with the conformal sets at ``req.alpha``: 422 when the model stores no thresholds or
+    the request turns off the calibration they were fitted with."""
+    try:
+        conformal = stored_conformal(entry.manifest, req.alpha)
+    except ValueError as e:
+        raise ProblemError(422, "Invalid input", f"model {entry.name!r}: {e}", kind="not-available", field="alpha",
+                           rule="model-capability") from e
+    if req.inference.calibration == "none":
+        raise ProblemError(422, "Invalid input", "alpha: the sets' thresholds were fitted on calibrated head "
+                           "probabilities; they cannot be combined with inference.calibration none",
+                           kind="invalid-input", field="alpha", rule="model-capability")
+    alpha, labeler = float(req.alpha or 0), entry.parser.labeler
+    return lambda sentences, parsed: parsing.with_sets(parsing.confidence_json(sentences, parsed), sentences, parsed,
+                                                       labeler, conformal, alpha)
 
 
 @router.post("/kbest", response_model=TreesResponse, responses=ERRORS, openapi_extra=BODY_RULES)
