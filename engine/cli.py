@@ -19,10 +19,10 @@ import numpy as np
 
 from engine.bp_parser import BPParser
 from engine.data.conllu_io import ConlluError, check_parsable, format_sentence, read_conllu, write_conllu
-from engine.decode.calibration import calibrated, fit_power
+from engine.decode.calibration import calibrated, calibrated_all, fit_label_and_tree_powers, fit_power
 from engine.decode.labeler import label_arcs
 from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TAG_AVERAGES, parse_over_tag_samples
-from engine.evaluation.metrics import attachment_scores, tag_accuracy
+from engine.evaluation.metrics import attachment_scores, confidence_scores, tag_accuracy
 from engine.evaluation.ud_align import evaluate_ud
 from engine.inference.bp import SCHEDULES
 from engine.inference.settings import method_settings, resolve
@@ -245,11 +245,13 @@ def cmd_average(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tagged(args: argparse.Namespace, sentences: list[Any], retag: bool) -> tuple[list[int], list[Any]]:
+def _tagged(args: argparse.Namespace, sentences: list[Any], retag: bool,
+            upos_probs: dict[int, np.ndarray] | None = None) -> tuple[list[int], list[Any]]:
     """Tag the sentences without UPOS (all with ``retag``) with the model's tagger, in place, drawing
-    ``--tag-samples`` sequences for each: (indices tagged, draws per sentence)."""
+    ``--tag-samples`` sequences for each: (indices tagged, draws per sentence); ``upos_probs`` as in
+    ``Pipeline.tag_and_sample``."""
     try:
-        return args.pipeline.tag_and_sample(sentences, retag=retag, samples=args.tag_samples)
+        return args.pipeline.tag_and_sample(sentences, retag=retag, samples=args.tag_samples, upos_probs=upos_probs)
     except ModelError as e:
         raise UsageError(f"{args.model}: {e}") from e
 
@@ -262,8 +264,8 @@ def _parse_tagged(args: argparse.Namespace, parse: Any, sentences: list[Any], dr
     parsed = parse_over_tag_samples(sentences, draws, parse, parser.constraint, parser.labeler,
                                     lambda copies, mixtures=None: parse(copies, labels=False, mixtures=mixtures),
                                     average=average)
-    power = 1.0 if getattr(args, "calibration", "model") == "none" else args.pipeline.default_head_power
-    return [calibrated(p, power) for p in parsed]
+    return calibrated_all(parsed, None if getattr(args, "calibration", "model") == "none"
+                          else args.pipeline.default_powers)
 
 
 def _check_tag_samples(args: argparse.Namespace) -> None:
@@ -355,13 +357,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     fitted = {"data": Path(args.data).name, "data_sha256": file_sha256(args.data), "objective": "chosen-head brier",
               "tag_samples": args.tag_samples, "tag_average": args.tag_average or args.pipeline.default_tag_average,
               "ece_before": round(before["ece"], 5), "ece_after": round(after["ece"], 5)}
-    inference = {**(args.pipeline.manifest.get("inference") or {}), "head_power": power, "head_calibration": fitted}
+    others = fit_label_and_tree_powers(tuned, gold)  # labels and p_tree: engine.decode.calibration
+    inference = {**(args.pipeline.manifest.get("inference") or {}), "head_power": power, "head_calibration": fitted,
+                 **others}
     if args.tag_average:  # the calibration holds for the settings it was fitted under: they become the defaults
         inference["tag_average"] = args.tag_average
     if given_samples is not None:
         inference["tag_samples"] = given_samples
     update_manifest(args.model, {"inference": inference})
-    print(json.dumps({"model": args.model, "head_power": power, **fitted, "uas": before["uas"], "las": before["las"]}))
+    print(json.dumps({"model": args.model, "head_power": power, **others, **fitted, "uas": before["uas"],
+                      "las": before["las"]}))
     return 0
 
 
@@ -369,10 +374,18 @@ def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any], pr
     """Parse the gold-tokenised sentences (re-tagged by the model first if ``predicted``, with
     ``args.tag_samples``) and score them: UAS, LAS, ECE (and UPOS when re-tagged, ``tag_samples`` used)."""
     inputs = [s.copy() for s in gold] if predicted else gold
-    tagged, draws = _tagged(args, inputs, retag=True) if predicted else ([], [[] for _ in inputs])
+    upos_probs: dict[int, np.ndarray] = {}
+    tagged, draws = (_tagged(args, inputs, retag=True, upos_probs=upos_probs) if predicted
+                     else ([], [[] for _ in inputs]))
     parsed = _parse_tagged(args, parse, inputs, draws)
     scores = attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
                                [p.head_probs for p in parsed], reliability=getattr(args, "reliability", False))
+    upos = ([s.upos for s in inputs], [upos_probs[i] for i in range(len(inputs))]) if predicted else None
+    more, arrays = confidence_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
+                                     [p.label_probs for p in parsed],
+                                     [(p.diagnostics or {}).get("p_tree", 0.0) for p in parsed], upos)
+    scores.update(more)
+    args.confidence_arrays = arrays  # for --reliability-plot
     if predicted:
         scores["upos"] = tag_accuracy(gold, inputs)
     scores["tag_samples"] = args.tag_samples if tagged else 0

@@ -14,7 +14,7 @@ import numpy as np
 
 from engine.bp_parser import BPParser
 from engine.data.conllu_io import Sentence, format_sentence
-from engine.decode.calibration import calibrated
+from engine.decode.calibration import calibrated_all
 from engine.decode.tag_marginal import TagSequence, parse_over_tag_samples
 from engine.features.tag_mixture import TagMixture
 from engine.inference.relaxed import InferenceConfig, marginal_interval
@@ -42,8 +42,7 @@ def run_inference(entry: ModelEntry, sentences: list[Sentence], options: Inferen
         sentences, draws, lambda batch: _infer(entry, batch, options), entry.parser.constraint, entry.parser.labeler,
         lambda copies, mixtures=None: _infer(entry, copies, options, labels=False, mixtures=mixtures),
         average=options.tag_average or entry.pipeline.default_tag_average)
-    power = 1.0 if options.calibration == "none" else entry.pipeline.default_head_power
-    return [calibrated(p, power) for p in parsed]
+    return calibrated_all(parsed, None if options.calibration == "none" else entry.pipeline.default_powers)
 
 
 def _infer(entry: ModelEntry, sentences: list[Sentence], options: InferenceOptions, labels: bool = True,
