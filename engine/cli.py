@@ -19,7 +19,13 @@ import numpy as np
 
 from engine.bp_parser import BPParser
 from engine.data.conllu_io import ConlluError, check_parsable, format_sentence, read_conllu, write_conllu
-from engine.decode.calibration import calibrated, calibrated_all, fit_label_and_tree_powers, fit_power
+from engine.decode.calibration import (
+    calibrated,
+    calibrated_all,
+    confidence_comments,
+    fit_label_and_tree_powers,
+    fit_power,
+)
 from engine.decode.labeler import label_arcs
 from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TAG_AVERAGES, parse_over_tag_samples
 from engine.evaluation.metrics import attachment_scores, confidence_scores, tag_accuracy
@@ -160,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     alt.add_argument("--kbest", type=int, metavar="K", help="write the K most probable trees of each sentence")
     alt.add_argument("--samples", type=int, metavar="N", help="write N trees sampled from each sentence's distribution")
     p.add_argument("--seed", type=int, help="random seed for --samples")
+    p.add_argument("--sentence-confidence", action="store_true", help="write each sentence's p_tree (probability "
+                   "that its heads are all right) and expected_errors as comments")
     p = sub.add_parser("calibrate", help="fit the calibration of head probabilities on a development treebank "
                        "(parsed as `evaluate` parses it: re-tagged when the model has a tagger) and store it in "
                        "the model's manifest (inference.head_power); an explicit --tag-samples or --tag-average "
@@ -442,7 +450,8 @@ def cmd_parse(args: argparse.Namespace) -> int:
     for i, (s, p) in enumerate(zip(sentences, parsed, strict=True)):
         tags = (s.upos, s.xpos) if i in tagged else (None, None)
         if args.kbest is None and args.samples is None:
-            blocks.append(_block(s, p, p.heads, p.deprels, tags=tags))
+            blocks.append(_block(s, p, p.heads, p.deprels, confidence_comments(p) if args.sentence_confidence
+                                 else None, tags=tags))
             continue
         if p.distribution is None:
             raise UsageError("--kbest and --samples need a tree distribution: exact inference, or BP with a "

@@ -92,6 +92,13 @@ def calibrated_all(parsed: Sequence[ParsedSentence], powers: dict[str, float] | 
     return [calibrated(p, *args) for p in parsed]
 
 
+def confidence_comments(parsed: ParsedSentence) -> list[str]:
+    """CoNLL-U comments ``# p_tree``, ``# p_tree_source``, ``# expected_errors`` of a ``calibrated`` parse."""
+    d = parsed.diagnostics or {}
+    return [f"# p_tree = {float(d.get('p_tree', 0.0)):.4f}", f"# p_tree_source = {d.get('p_tree_source', 'estimate')}",
+            f"# expected_errors = {float(d.get('expected_errors', 0.0)):.4f}"]
+
+
 def tree_confidence(parsed: ParsedSentence, tree_power: float) -> tuple[float, str]:
     """``(p_tree, source)``: the probability that ``parsed``'s tree is right, ``"exact"`` under the model's
     exact tree distribution, else ``"estimate"`` from its head probabilities (module docstring)."""

@@ -15,7 +15,12 @@ import pytest
 
 from engine.cli import main
 from engine.decode.calibration import (
-    calibrated, calibrated_top, fit_label_power, fit_tree_power, manifest_powers, tree_confidence,
+    calibrated,
+    calibrated_top,
+    fit_label_power,
+    fit_tree_power,
+    manifest_powers,
+    tree_confidence,
 )
 from engine.kernels.exact import TreeConstraint
 from engine.model.store import ModelError, read_manifest, update_manifest
@@ -136,3 +141,21 @@ def test_calibrate_fits_label_and_tree_powers_and_evaluate_reports_their_ece(
     update_manifest(model, {"inference": {**inference, "label_power": 99}})
     with pytest.raises(ModelError, match="label_power"):
         Pipeline.load(model)
+
+
+def test_parse_writes_sentence_confidence_only_when_asked(ewt_dir: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    blocks = (ewt_dir / "en_ewt-ud-dev.conllu").read_text(encoding="utf-8").split("\n\n")[:3]
+    data = tmp_path / "three.conllu"
+    data.write_text("\n\n".join(blocks) + "\n\n", encoding="utf-8")
+    model = str(Path(__file__).resolve().parents[3] / "models" / "en_ewt-o1")
+    outputs = {}
+    for flag in ([], ["--sentence-confidence"]):
+        assert main(["parse", "--model", model, "--input", str(data), *flag]) == 0
+        outputs[bool(flag)] = capsys.readouterr().out
+    assert "# p_tree" not in outputs[False]
+    p_trees = [float(line.split("= ")[1]) for line in outputs[True].splitlines() if line.startswith("# p_tree =")]
+    assert len(p_trees) == 3 and all(0.0 < p <= 1.0 for p in p_trees)
+    assert outputs[True].count("# p_tree_source = exact") == 3
+    strip = [line for line in outputs[True].splitlines() if not line.startswith(("# p_tree", "# expected_errors"))]
+    assert strip == outputs[False].splitlines()
