@@ -145,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="gold treebank (CoNLL-U)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--reliability", action="store_true", help="include the reliability (calibration) table")
+    p.add_argument("--reliability-plot", metavar="FILE.png", help="draw reliability diagrams of heads, labels, tags "
+                   "and trees, calibrated and raw (needs matplotlib: the 'plots' extra; not with --from-text)")
     p.add_argument("--tags", choices=["gold", "predicted"], default="gold",
                    help="predicted: re-tag the gold-tokenised input with the model's tagger before parsing")
     p.add_argument("--from-text", action="store_true", help="run the whole pipeline from the raw '# text' lines "
@@ -307,6 +309,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     _check_tag_samples(args)
     if args.tag_samples and not (args.from_text or args.tags == "predicted"):
         raise UsageError("--tag-samples needs tags predicted by the model: add --tags predicted or --from-text")
+    if args.reliability_plot and args.from_text:
+        raise UsageError("--reliability-plot needs gold tokens: leave out --from-text")
     if args.wrap is not None and (not args.from_text or args.wrap < 1):
         raise UsageError("--wrap needs --from-text and a positive width")
     _, parse = _load_parser(args)
@@ -332,6 +336,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         scores.update(_inference_summary(parsed))
         scores["seconds"] = round(seconds, 3)
         scores["tokens_per_second"] = round(scores["tokens"] / seconds, 1) if seconds > 0 else None
+        if args.reliability_plot:
+            _reliability_plot(args, gold, parsed)
     if args.json:
         print(json.dumps(scores))
     else:
@@ -343,6 +349,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                   f"conf={row['confidence'] if row['confidence'] is None else round(row['confidence'], 3)}  "
                   f"acc={row['accuracy'] if row['accuracy'] is None else round(row['accuracy'], 3)}")
     return 0
+
+
+def _reliability_plot(args: argparse.Namespace, gold: list[Any], parsed: list[Any]) -> None:
+    from engine.evaluation.reliability_plot import draw_reliability, reliability_series
+    try:
+        draw_reliability(args.reliability_plot, reliability_series(gold, parsed, args.confidence_arrays),
+                         f"{Path(args.model).name} on {Path(args.data).name}")
+    except RuntimeError as e:
+        raise UsageError(str(e)) from e
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ import numpy as np
 
 from engine.bp_parser import BPParser
 from engine.data.conllu_io import Sentence, format_sentence
-from engine.decode.calibration import calibrated_all, calibrated_marginals, confidence_comments
+from engine.decode.calibration import calibrated_all, confidence_comments, model_probabilities
 from engine.decode.tag_marginal import TagSequence, parse_over_tag_samples
 from engine.features.tag_mixture import TagMixture
 from engine.inference.relaxed import InferenceConfig, marginal_interval
@@ -141,13 +141,8 @@ def marginals_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> l
 
 
 def model_marginals(p: ParsedSentence) -> np.ndarray:
-    """The chosen heads' marginals before the head calibration of ``p`` (``diagnostics["head_power"]`` = a):
-    the power map with 1/a inverts it exactly on each word's head distribution."""
-    power = float((p.diagnostics or {}).get("head_power", 1.0))
-    if power == 1.0:
-        return np.asarray(p.head_probs, dtype=float)
-    raw = calibrated_marginals(p.marginals, 1.0 / power)
-    return np.asarray(raw[p.heads[1:], np.arange(1, len(p.heads))], dtype=float)
+    """The chosen heads' marginals before the model's head calibration (``model_probabilities``)."""
+    return model_probabilities(p)[0]
 
 
 _COVERS = {

@@ -92,6 +92,21 @@ def calibrated_all(parsed: Sequence[ParsedSentence], powers: dict[str, float] | 
     return [calibrated(p, *args) for p in parsed]
 
 
+def model_probabilities(parsed: ParsedSentence) -> tuple[np.ndarray, np.ndarray]:
+    """The chosen heads' and labels' probabilities of a ``calibrated`` parse as the model gave them, before
+    calibration: the maps are inverted with the powers recorded in ``diagnostics`` (``head_power`` a: the
+    power map with 1/a on each word's head distribution; ``label_power`` b: ``calibrated_top`` with 1/b)."""
+    d = parsed.diagnostics or {}
+    heads = np.asarray(parsed.head_probs, dtype=np.float64)
+    if float(d.get("head_power", 1.0)) != 1.0:
+        raw = calibrated_marginals(parsed.marginals, 1.0 / float(d["head_power"]))
+        heads = np.asarray(raw[parsed.heads[1:], np.arange(1, len(parsed.heads))], dtype=np.float64)
+    labels = np.asarray(parsed.label_probs, dtype=np.float64)
+    if float(d.get("label_power", 1.0)) != 1.0:
+        labels = calibrated_top(labels, 1.0 / float(d["label_power"]))
+    return heads, labels
+
+
 def confidence_comments(parsed: ParsedSentence) -> list[str]:
     """CoNLL-U comments ``# p_tree``, ``# p_tree_source``, ``# expected_errors`` of a ``calibrated`` parse."""
     d = parsed.diagnostics or {}
@@ -124,7 +139,8 @@ def calibrated(parsed: ParsedSentence, power: float, label_power: float = DEFAUL
         out = replace(out, marginals=marginals, head_probs=marginals[parsed.heads[1:], m],
                       diagnostics={**(out.diagnostics or {}), "head_power": power})
     if label_power != 1.0 and len(out.label_probs):
-        out = replace(out, label_probs=calibrated_top(out.label_probs, label_power))
+        out = replace(out, label_probs=calibrated_top(out.label_probs, label_power),
+                      diagnostics={**(out.diagnostics or {}), "label_power": label_power})
     p_tree, source = tree_confidence(out, tree_power)
     errors = float((1.0 - np.asarray(out.head_probs, dtype=np.float64)).sum())
     sentence = {"p_tree": p_tree, "p_tree_source": source, "expected_errors": errors}
