@@ -26,6 +26,8 @@ from engine.decode.calibration import (
     fit_label_and_tree_powers,
     fit_power,
 )
+from engine.decode.isotonic import KEY as ISOTONIC
+from engine.decode.isotonic import check_knots, fit_knots
 from engine.decode.labeler import label_arcs
 from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TAG_AVERAGES, parse_over_tag_samples
 from engine.evaluation.metrics import attachment_scores, confidence_scores, tag_accuracy
@@ -375,14 +377,17 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if len(gold_heads) != len(gold):
         raise UsageError(f"{args.data}: calibration needs gold HEAD values")
     power = fit_power(parsed, gold_heads)
-    tuned = [calibrated(p, power) for p in parsed]
+    knots = fit_knots(np.concatenate([calibrated(p, power).head_probs for p in parsed]),  # engine.decode.isotonic
+                      np.concatenate([p.heads[1:] == g[1:] for p, g in zip(parsed, gold_heads, strict=True)]))
+    tuned = calibrated_all(parsed, {"head_power": power, ISOTONIC: check_knots(knots)})
     after = attachment_scores(gold, [p.heads for p in tuned], [p.deprels for p in tuned], [p.head_probs for p in tuned])
-    fitted = {"data": Path(args.data).name, "data_sha256": file_sha256(args.data), "objective": "chosen-head brier",
+    fitted = {"data": Path(args.data).name, "data_sha256": file_sha256(args.data),
+              "objective": "chosen-head brier (power, then isotonic)",
               "tag_samples": args.tag_samples, "tag_average": args.tag_average or args.pipeline.default_tag_average,
               "ece_before": round(before["ece"], 5), "ece_after": round(after["ece"], 5)}
     others = fit_label_and_tree_powers(tuned, gold)  # labels and p_tree: engine.decode.calibration
     inference = {**(args.pipeline.manifest.get("inference") or {}), "head_power": power, "head_calibration": fitted,
-                 **others}
+                 ISOTONIC: knots, **others}
     if args.tag_average:  # the calibration holds for the settings it was fitted under: they become the defaults
         inference["tag_average"] = args.tag_average
     if given_samples is not None:

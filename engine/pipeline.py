@@ -26,7 +26,7 @@ import numpy as np
 
 from engine.bp_parser import BPParser, load_any
 from engine.data.conllu_io import Sentence, read_conllu
-from engine.decode.calibration import DEFAULT_POWER, manifest_powers
+from engine.decode.calibration import DEFAULT_POWER, manifest_calibration
 from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TagSequence, check_tag_average
 from engine.inference.settings import check_manifest
 from engine.model.store import ModelError, load_model
@@ -94,11 +94,11 @@ class Pipeline:
         return float((self.manifest.get("inference") or {}).get("head_power", DEFAULT_POWER))
 
     @property
-    def default_powers(self) -> dict[str, float]:
-        """All the calibration powers fitted for this model (``engine.decode.calibration.POWER_KEYS``:
-        ``head_power``, ``label_power``, ``tree_power``), 1 (none) for those the manifest does not give; the
-        keyword arguments of ``calibrated``."""
-        return manifest_powers(self.manifest.get("inference"))
+    def default_powers(self) -> dict[str, Any]:
+        """The calibration fitted for this model (``engine.decode.calibration.manifest_calibration``: the powers
+        ``head_power``, ``label_power``, ``tree_power``, 1 (none) for those the manifest does not give, and the
+        knots of the isotonic head stage or None); the argument of ``calibrated_all``."""
+        return manifest_calibration(self.manifest.get("inference"))
 
     @property
     def components(self) -> list[str]:
@@ -129,7 +129,7 @@ class Pipeline:
         try:
             check_manifest(stored.manifest)
             check_tag_average((stored.manifest.get("inference") or {}).get("tag_average", DEFAULT_TAG_AVERAGE))
-            manifest_powers(stored.manifest.get("inference"))
+            manifest_calibration(stored.manifest.get("inference"))
         except ValueError as e:
             raise ModelError(f"{directory}: {e}") from e
         return cls(parser, **parts)

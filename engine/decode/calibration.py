@@ -15,6 +15,13 @@ confident errors and softens too far), and stored in the model's manifest as ``i
 ``--calibration none``. Platt-style temperature scaling of a classifier's logits (Guo et al. 2017) is the
 same map on log-probabilities.
 
+One power cannot straighten a reliability curve that is underconfident in the middle and overconfident at the
+top (the shipped pipeline's, EWT dev); ``calibrate`` follows the power map with an isotonic map of the chosen
+head's probability (``engine.decode.isotonic``, ``inference.head_isotonic``), which keeps each word's head
+distribution summing to 1 and the tree unchanged. On EWT dev, fitted on one half of the sentences and measured
+on the other (4 random splits), the head ECE is 0.0196 with the power alone, 0.0145 with a Platt map
+(slope and intercept on the log-odds) after it, 0.0129 with the isotonic map after it.
+
 Labels and trees (``label_power``, ``tree_power``, fitted the same way by ``calibrate``): a parse keeps only
 the chosen label's probability ``q`` (the labeller's distribution is not carried), so labels get the binary
 form of the same map, ``q^b / (q^b + (1 - q)^b)`` (log-odds times ``b``, Platt scaling without intercept),
@@ -22,7 +29,8 @@ fitted by the Brier score of ``q`` against "label right" on the words whose head
 probability is conditional on its arc). A sentence's ``p_tree`` (the probability that the whole MBR tree's
 heads are right) is exact for a parse that has the model's exact tree distribution (first order, exact
 inference, one tagging: ``exp(score(tree) - log Z)``, Matrix-Tree; the raw model's, the calibration does not
-touch it); otherwise it is estimated as ``(prod_m p(head of m))^c`` over the calibrated head probabilities,
+touch it); otherwise it is estimated as ``(prod_m p(head of m))^c`` over the head probabilities after the
+power map (before the isotonic stage, ``engine.decode.isotonic``: on EWT dev, p_tree ECE 0.020 against 0.030),
 ``c`` fitted by the Brier score against exact match (the product alone treats the words' errors as
 independent and is too low). ``expected_errors`` is ``sum_m 1 - p(head of m)``.
 """
@@ -31,9 +39,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
+from engine.decode.isotonic import KEY, knots_of, remap_chosen
 from engine.results import ParsedSentence
 
 DEFAULT_POWER = 1.0
@@ -56,6 +66,12 @@ def manifest_powers(inference: dict | None) -> dict[str, float]:
     it does not give), checked."""
     inference = inference or {}
     return {key: check_power(inference.get(key, DEFAULT_POWER), key) for key in POWER_KEYS}
+
+
+def manifest_calibration(inference: dict | None) -> dict[str, Any]:
+    """``manifest_powers`` and the isotonic stage of the head map (``engine.decode.isotonic``: its knots, or
+    None): the arguments of ``calibrated_all``."""
+    return {**manifest_powers(inference), KEY: knots_of(inference)}
 
 
 def calibrated_marginals(marginals: np.ndarray, power: float) -> np.ndarray:
@@ -85,22 +101,19 @@ def calibrated_top(probs: np.ndarray, power: float) -> np.ndarray:
     return np.asarray(1.0 / (1.0 + np.exp(-power * logit)))
 
 
-def calibrated_all(parsed: Sequence[ParsedSentence], powers: dict[str, float] | None) -> list[ParsedSentence]:
-    """``calibrated`` with a model's powers (``manifest_powers``; None: no calibration, every power 1)."""
+def calibrated_all(parsed: Sequence[ParsedSentence], powers: dict[str, Any] | None) -> list[ParsedSentence]:
+    """``calibrated`` with a model's calibration (``manifest_calibration``; None: none, every power 1)."""
     given = powers or {}
-    args = [given.get(key, DEFAULT_POWER) for key in POWER_KEYS]
-    return [calibrated(p, *args) for p in parsed]
+    head, label, tree = (float(given.get(key, DEFAULT_POWER)) for key in POWER_KEYS)
+    return [calibrated(p, head, label, tree, given.get(KEY)) for p in parsed]
 
 
 def model_probabilities(parsed: ParsedSentence) -> tuple[np.ndarray, np.ndarray]:
     """The chosen heads' and labels' probabilities of a ``calibrated`` parse as the model gave them, before
-    calibration: the maps are inverted with the powers recorded in ``diagnostics`` (``head_power`` a: the
-    power map with 1/a on each word's head distribution; ``label_power`` b: ``calibrated_top`` with 1/b)."""
+    calibration: the heads' as ``calibrated`` recorded them (``diagnostics["model_head_probs"]``), the labels'
+    by inverting the map with the recorded ``label_power`` b (``calibrated_top`` with 1/b)."""
     d = parsed.diagnostics or {}
-    heads = np.asarray(parsed.head_probs, dtype=np.float64)
-    if float(d.get("head_power", 1.0)) != 1.0:
-        raw = calibrated_marginals(parsed.marginals, 1.0 / float(d["head_power"]))
-        heads = np.asarray(raw[parsed.heads[1:], np.arange(1, len(parsed.heads))], dtype=np.float64)
+    heads = np.asarray(d.get("model_head_probs", parsed.head_probs), dtype=np.float64)
     labels = np.asarray(parsed.label_probs, dtype=np.float64)
     if float(d.get("label_power", 1.0)) != 1.0:
         labels = calibrated_top(labels, 1.0 / float(d["label_power"]))
@@ -114,30 +127,43 @@ def confidence_comments(parsed: ParsedSentence) -> list[str]:
             f"# expected_errors = {float(d.get('expected_errors', 0.0)):.4f}"]
 
 
+def power_head_probs(parsed: ParsedSentence) -> np.ndarray:
+    """The chosen heads' probabilities after the power map, before the isotonic stage (what ``p_tree`` is
+    estimated from: their product predicts exact match better on dev than the isotonic values' does)."""
+    d = parsed.diagnostics or {}
+    return np.asarray(d.get("power_head_probs", parsed.head_probs), dtype=np.float64)
+
+
 def tree_confidence(parsed: ParsedSentence, tree_power: float) -> tuple[float, str]:
     """``(p_tree, source)``: the probability that ``parsed``'s tree is right, ``"exact"`` under the model's
     exact tree distribution, else ``"estimate"`` from its head probabilities (module docstring)."""
     dist = parsed.distribution
     if dist is not None and dist.source == "exact" and parsed.log_partition is not None:
         return float(np.exp(min(dist.log_prob(parsed.heads), 0.0))), "exact"
-    probs = np.asarray(parsed.head_probs, dtype=np.float64)
+    probs = power_head_probs(parsed)
     with np.errstate(divide="ignore"):
         log_p = float(np.log(probs).sum())
     return float(np.exp(tree_power * log_p)) if np.isfinite(log_p) else 0.0, "estimate"
 
 
 def calibrated(parsed: ParsedSentence, power: float, label_power: float = DEFAULT_POWER,
-               tree_power: float = DEFAULT_POWER) -> ParsedSentence:
-    """``parsed`` with calibrated marginals, head and label probabilities (its tree and labels as they are) and
-    its sentence confidence in ``diagnostics`` (``p_tree``, ``p_tree_source``, ``expected_errors``)."""
+               tree_power: float = DEFAULT_POWER,
+               head_knots: tuple[np.ndarray, np.ndarray] | None = None) -> ParsedSentence:
+    """``parsed`` with calibrated marginals (the power map, then the isotonic stage when ``head_knots`` are
+    given: ``engine.decode.isotonic``), head and label probabilities (its tree and labels as they are) and its
+    sentence confidence in ``diagnostics`` (``p_tree``, ``p_tree_source``, ``expected_errors``; the raw head
+    probabilities as ``model_head_probs`` when they were mapped)."""
     if parsed.marginals is None:
         return parsed
     out = parsed
-    if power != 1.0:
+    if power != 1.0 or head_knots is not None:
         marginals = calibrated_marginals(parsed.marginals, power)
         m = np.arange(1, len(parsed.heads))
-        out = replace(out, marginals=marginals, head_probs=marginals[parsed.heads[1:], m],
-                      diagnostics={**(out.diagnostics or {}), "head_power": power})
+        diagnostics = {**(out.diagnostics or {}), "head_power": power, "model_head_probs": parsed.head_probs,
+                       "power_head_probs": marginals[parsed.heads[1:], m]}
+        if head_knots is not None:
+            marginals = remap_chosen(marginals, parsed.heads, head_knots)
+        out = replace(out, marginals=marginals, head_probs=marginals[parsed.heads[1:], m], diagnostics=diagnostics)
     if label_power != 1.0 and len(out.label_probs):
         out = replace(out, label_probs=calibrated_top(out.label_probs, label_power),
                       diagnostics={**(out.diagnostics or {}), "label_power": label_power})
@@ -215,7 +241,7 @@ def fit_label_and_tree_powers(parses: Sequence[ParsedSentence], gold: Sequence[o
             label_y.append(same[right])
         if tree_confidence(p, DEFAULT_POWER)[1] == "estimate":
             with np.errstate(divide="ignore"):
-                logs.append(float(np.log(np.asarray(p.head_probs, dtype=np.float64)).sum()))
+                logs.append(float(np.log(power_head_probs(p)).sum()))
             exact.append(bool(right.all()))
     label = fit_label_power(np.concatenate(label_q), np.concatenate(label_y)) if label_q else DEFAULT_POWER
     finite = np.isfinite(logs)

@@ -128,7 +128,9 @@ def test_calibrate_fits_label_and_tree_powers_and_evaluate_reports_their_ece(
     report = json.loads(capsys.readouterr().out)
     inference = read_manifest(model)["inference"]
     assert inference["label_power"] == report["label_power"] and inference["tree_power"] == report["tree_power"]
-    assert Pipeline.load(model).default_powers == {key: inference[key] for key in manifest_powers({})}
+    defaults = Pipeline.load(model).default_powers
+    assert {key: defaults[key] for key in manifest_powers({})} == {key: inference[key] for key in manifest_powers({})}
+    assert defaults["head_isotonic"][0].tolist() == inference["head_isotonic"]["x"]  # the isotonic stage too
     scores = {}
     for mode in ("model", "none"):
         assert main(["evaluate", "--model", str(model), "--data", str(dev), "--tags", "predicted", "--json",
