@@ -19,9 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's engine
+
 
 from engine.cli import _load_parser, build_parser
 from engine.data.conllu_io import read_conllu
