@@ -19,18 +19,12 @@ import numpy as np
 
 from engine.bp_parser import BPParser
 from engine.data.conllu_io import ConlluError, check_parsable, format_sentence, read_conllu, write_conllu
-from engine.decode.calibration import (
-    calibrated,
-    calibrated_all,
-    confidence_comments,
-    fit_label_and_tree_powers,
-    fit_power,
-)
-from engine.decode.isotonic import KEY as ISOTONIC
-from engine.decode.isotonic import check_knots, fit_knots
+from engine.decode.calibration import calibrated_all, confidence_comments
 from engine.decode.labeler import label_arcs
 from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TAG_AVERAGES, parse_over_tag_samples
-from engine.evaluation.metrics import attachment_scores, confidence_scores, tag_accuracy
+from engine.evaluation.calibration_fit import fit_calibration
+from engine.evaluation.metrics import attachment_scores, confidence_scores, inference_summary, score_files, tag_accuracy
+from engine.evaluation.reliability_plot import draw_reliability, reliability_series
 from engine.evaluation.ud_align import evaluate_ud
 from engine.inference.bp import SCHEDULES
 from engine.inference.settings import method_settings, resolve
@@ -335,11 +329,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         scores, parsed = _score_gold_tokens(args, parse, gold, predicted=args.tags == "predicted")
         seconds = time.perf_counter() - start
         scores["tags"] = args.tags
-        scores.update(_inference_summary(parsed))
+        scores.update(inference_summary(parsed))
         scores["seconds"] = round(seconds, 3)
         scores["tokens_per_second"] = round(scores["tokens"] / seconds, 1) if seconds > 0 else None
         if args.reliability_plot:
-            _reliability_plot(args, gold, parsed)
+            try:
+                draw_reliability(args.reliability_plot, reliability_series(gold, parsed, args.confidence_arrays),
+                                 f"{Path(args.model).name} on {Path(args.data).name}")
+            except RuntimeError as e:  # no matplotlib
+                raise UsageError(str(e)) from e
     if args.json:
         print(json.dumps(scores))
     else:
@@ -351,15 +349,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                   f"conf={row['confidence'] if row['confidence'] is None else round(row['confidence'], 3)}  "
                   f"acc={row['accuracy'] if row['accuracy'] is None else round(row['accuracy'], 3)}")
     return 0
-
-
-def _reliability_plot(args: argparse.Namespace, gold: list[Any], parsed: list[Any]) -> None:
-    from engine.evaluation.reliability_plot import draw_reliability, reliability_series
-    try:
-        draw_reliability(args.reliability_plot, reliability_series(gold, parsed, args.confidence_arrays),
-                         f"{Path(args.model).name} on {Path(args.data).name}")
-    except RuntimeError as e:
-        raise UsageError(str(e)) from e
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -376,25 +365,20 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     gold_heads = [g.heads for g in gold if g.heads is not None]
     if len(gold_heads) != len(gold):
         raise UsageError(f"{args.data}: calibration needs gold HEAD values")
-    power = fit_power(parsed, gold_heads)
-    knots = fit_knots(np.concatenate([calibrated(p, power).head_probs for p in parsed]),  # engine.decode.isotonic
-                      np.concatenate([p.heads[1:] == g[1:] for p, g in zip(parsed, gold_heads, strict=True)]))
-    tuned = calibrated_all(parsed, {"head_power": power, ISOTONIC: check_knots(knots)})
+    maps, tuned = fit_calibration(parsed, gold)  # engine.evaluation.calibration_fit
     after = attachment_scores(gold, [p.heads for p in tuned], [p.deprels for p in tuned], [p.head_probs for p in tuned])
     fitted = {"data": Path(args.data).name, "data_sha256": file_sha256(args.data),
               "objective": "chosen-head brier (power, then isotonic)",
               "tag_samples": args.tag_samples, "tag_average": args.tag_average or args.pipeline.default_tag_average,
               "ece_before": round(before["ece"], 5), "ece_after": round(after["ece"], 5)}
-    others = fit_label_and_tree_powers(tuned, gold)  # labels and p_tree: engine.decode.calibration
-    inference = {**(args.pipeline.manifest.get("inference") or {}), "head_power": power, "head_calibration": fitted,
-                 ISOTONIC: knots, **others}
+    inference = {**(args.pipeline.manifest.get("inference") or {}), "head_calibration": fitted, **maps}
     if args.tag_average:  # the calibration holds for the settings it was fitted under: they become the defaults
         inference["tag_average"] = args.tag_average
     if given_samples is not None:
         inference["tag_samples"] = given_samples
     update_manifest(args.model, {"inference": inference})
-    print(json.dumps({"model": args.model, "head_power": power, **others, **fitted, "uas": before["uas"],
-                      "las": before["las"]}))
+    powers = {key: value for key, value in maps.items() if key.endswith("_power")}
+    print(json.dumps({"model": args.model, **powers, **fitted, "uas": before["uas"], "las": before["las"]}))
     return 0
 
 
@@ -418,17 +402,6 @@ def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any], pr
         scores["upos"] = tag_accuracy(gold, inputs)
     scores["tag_samples"] = args.tag_samples if tagged else 0
     return scores, parsed
-
-
-def _inference_summary(parsed: list[Any]) -> dict[str, Any]:
-    """BP-based inference: total ``inference_seconds`` (inference alone, no features or decoding), mean
-    ``factor_fraction`` of the higher-order factors used and mean ``eta`` (Riedel & Smith Prop. 2)."""
-    diags = [p.diagnostics or {} for p in parsed]
-    if not diags or any("inference_seconds" not in d for d in diags):
-        return {}
-    return {"inference_seconds": round(sum(d["inference_seconds"] for d in diags), 4),
-            "factor_fraction": float(np.mean([d["factor_fraction"] for d in diags])),
-            "eta_mean": float(np.mean([d["eta"] for d in diags]))}
 
 
 def _read_input(args: argparse.Namespace) -> tuple[list[Any], str]:
@@ -506,23 +479,7 @@ def _block(sentence: Any, parsed: Any, heads: np.ndarray, deprels: list[str],
 
 def cmd_score(args: argparse.Namespace) -> int:
     """Attachment scores of a parsed file; confidences from MISC ``HeadProb`` (1.0 when absent)."""
-    gold, pred = read_conllu(args.gold), read_conllu(args.pred)
-    if len(gold) != len(pred) or any(g.forms != p.forms for g, p in zip(gold, pred, strict=False)):
-        raise ConlluError(args.pred, 1, f"does not have the same sentences and words as {args.gold}")
-    pred_heads: list[np.ndarray] = []
-    for p in pred:
-        if p.heads is None:
-            raise ConlluError(args.pred, p.start_line, "sentence has no predicted HEAD values")
-        pred_heads.append(p.heads)
-
-    def head_prob(misc: str) -> float:
-        for item in misc.split("|"):
-            if item.startswith("HeadProb="):
-                return float(item.split("=", 1)[1])
-        return 1.0
-
-    scores = attachment_scores(gold, pred_heads, [p.deprels for p in pred],
-                               [np.array([head_prob(m) for m in p.misc]) for p in pred])
+    scores = score_files(args.gold, args.pred)
     print(json.dumps(scores) if args.json else "\n".join(f"{k:>14}: {v}" for k, v in scores.items()))
     return 0
 

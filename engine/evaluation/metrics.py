@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.data.conllu_io import ConlluError, read_conllu
+
 ECE_BINS = 15
 
 
@@ -110,3 +112,36 @@ def confidence_scores(gold: Sequence[Any], pred_heads: Sequence[np.ndarray], pre
         if key in arrays:
             out[name] = calibration(*arrays[key])[0]
     return out, arrays
+
+
+def score_files(gold_path: str, pred_path: str) -> dict[str, Any]:
+    """``attachment_scores`` of a parsed CoNLL-U file against the gold one; confidences from MISC ``HeadProb``
+    (1.0 when absent)."""
+    gold, pred = read_conllu(gold_path), read_conllu(pred_path)
+    if len(gold) != len(pred) or any(g.forms != p.forms for g, p in zip(gold, pred, strict=False)):
+        raise ConlluError(pred_path, 1, f"does not have the same sentences and words as {gold_path}")
+    pred_heads: list[np.ndarray] = []
+    for p in pred:
+        if p.heads is None:
+            raise ConlluError(pred_path, p.start_line, "sentence has no predicted HEAD values")
+        pred_heads.append(p.heads)
+
+    def head_prob(misc: str) -> float:
+        for item in misc.split("|"):
+            if item.startswith("HeadProb="):
+                return float(item.split("=", 1)[1])
+        return 1.0
+
+    return attachment_scores(gold, pred_heads, [p.deprels for p in pred],
+                             [np.array([head_prob(m) for m in p.misc]) for p in pred])
+
+
+def inference_summary(parsed: list[Any]) -> dict[str, Any]:
+    """BP-based inference: total ``inference_seconds`` (inference alone, no features or decoding), mean
+    ``factor_fraction`` of the higher-order factors used and mean ``eta`` (Riedel & Smith Prop. 2)."""
+    diags = [p.diagnostics or {} for p in parsed]
+    if not diags or any("inference_seconds" not in d for d in diags):
+        return {}
+    return {"inference_seconds": round(sum(d["inference_seconds"] for d in diags), 4),
+            "factor_fraction": float(np.mean([d["factor_fraction"] for d in diags])),
+            "eta_mean": float(np.mean([d["eta"] for d in diags]))}
