@@ -21,11 +21,13 @@ from engine.bp_parser import BPParser
 from engine.cli_args import build_parser  # noqa: F401  (tests use both)
 from engine.cli_args import given_settings as _given_settings
 from engine.data.conllu_io import ConlluError, check_parsable, format_sentence, read_conllu, write_conllu
-from engine.decode.calibration import calibrated, fit_power
+from engine.decode.calibration import calibrated_all, confidence_comments
 from engine.decode.conformal import fit_conformal, sets_misc, stored_conformal
 from engine.decode.labeler import label_arcs
 from engine.decode.tag_marginal import parse_over_tag_samples
-from engine.evaluation.metrics import attachment_scores, inference_summary, tag_accuracy
+from engine.evaluation.calibration_fit import fit_calibration
+from engine.evaluation.metrics import attachment_scores, confidence_scores, inference_summary, tag_accuracy
+from engine.evaluation.reliability_plot import draw_reliability, reliability_series
 from engine.evaluation.scored_file import score_file
 from engine.evaluation.ud_align import evaluate_ud
 from engine.inference.settings import resolve
@@ -118,11 +120,13 @@ def cmd_average(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tagged(args: argparse.Namespace, sentences: list[Any], retag: bool) -> tuple[list[int], list[Any]]:
+def _tagged(args: argparse.Namespace, sentences: list[Any], retag: bool,
+            upos_probs: dict[int, np.ndarray] | None = None) -> tuple[list[int], list[Any]]:
     """Tag the sentences without UPOS (all with ``retag``) with the model's tagger, in place, drawing
-    ``--tag-samples`` sequences for each: (indices tagged, draws per sentence)."""
+    ``--tag-samples`` sequences for each: (indices tagged, draws per sentence); ``upos_probs`` as in
+    ``Pipeline.tag_and_sample``."""
     try:
-        return args.pipeline.tag_and_sample(sentences, retag=retag, samples=args.tag_samples)
+        return args.pipeline.tag_and_sample(sentences, retag=retag, samples=args.tag_samples, upos_probs=upos_probs)
     except ModelError as e:
         raise UsageError(f"{args.model}: {e}") from e
 
@@ -135,8 +139,8 @@ def _parse_tagged(args: argparse.Namespace, parse: Any, sentences: list[Any], dr
     parsed = parse_over_tag_samples(sentences, draws, parse, parser.constraint, parser.labeler,
                                     lambda copies, mixtures=None: parse(copies, labels=False, mixtures=mixtures),
                                     average=average)
-    power = 1.0 if getattr(args, "calibration", "model") == "none" else args.pipeline.default_head_power
-    return [calibrated(p, power) for p in parsed]
+    return calibrated_all(parsed, None if getattr(args, "calibration", "model") == "none"
+                          else args.pipeline.default_powers)
 
 
 def _check_tag_samples(args: argparse.Namespace) -> None:
@@ -179,6 +183,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise UsageError("--tag-samples needs tags predicted by the model: add --tags predicted or --from-text")
     if args.wrap is not None and (not args.from_text or args.wrap < 1):
         raise UsageError("--wrap needs --from-text and a positive width")
+    if args.reliability_plot and args.from_text:
+        raise UsageError("--reliability-plot needs gold tokens: leave out --from-text")
     _, parse = _load_parser(args)
     _resolve_tag_samples(args)
     gold = read_conllu(args.data)
@@ -203,6 +209,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         seconds = time.perf_counter() - start
         scores["tags"] = args.tags
         scores.update(inference_summary(parsed))
+        if args.reliability_plot:
+            try:
+                draw_reliability(args.reliability_plot, reliability_series(gold, parsed, args.confidence_arrays),
+                                 f"{Path(args.model).name} on {Path(args.data).name}")
+            except RuntimeError as e:  # no matplotlib
+                raise UsageError(str(e)) from e
         scores["seconds"] = round(seconds, 3)
         scores["tokens_per_second"] = round(scores["tokens"] / seconds, 1) if seconds > 0 else None
     if args.json:
@@ -229,24 +241,25 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     check_parsable(gold, args.data)
     args.calibration = "none"
     before, parsed, inputs = _score_gold_tokens(args, parse, gold, predicted=args.pipeline.tagger is not None)
-    gold_heads = [g.heads for g in gold if g.heads is not None]
-    if len(gold_heads) != len(gold):
+    if any(g.heads is None for g in gold):
         raise UsageError(f"{args.data}: calibration needs gold HEAD values")
-    power = fit_power(parsed, gold_heads)
-    tuned = [calibrated(p, power) for p in parsed]
+    maps, tuned = fit_calibration(parsed, gold)  # engine.evaluation.calibration_fit
     after = attachment_scores(gold, [p.heads for p in tuned], [p.deprels for p in tuned], [p.head_probs for p in tuned])
-    fitted = {"data": Path(args.data).name, "data_sha256": file_sha256(args.data), "objective": "chosen-head brier",
+    fitted = {"data": Path(args.data).name, "data_sha256": file_sha256(args.data),
+              "objective": "chosen-head brier (power, then isotonic)",
               "tag_samples": args.tag_samples, "tag_average": args.tag_average or args.pipeline.default_tag_average,
               "ece_before": round(before["ece"], 5), "ece_after": round(after["ece"], 5)}
-    inference = {**(args.pipeline.manifest.get("inference") or {}), "head_power": power, "head_calibration": fitted,
-                 "conformal": {**fit_conformal(tuned, inputs, gold, args.pipeline.parser.labeler), "head_power": power,
+    inference = {**(args.pipeline.manifest.get("inference") or {}), "head_calibration": fitted, **maps,
+                 "conformal": {**fit_conformal(tuned, inputs, gold, args.pipeline.parser.labeler),
+                               "head_power": maps["head_power"],
                                **{k: fitted[k] for k in ("data", "data_sha256", "tag_samples", "tag_average")}}}
     if args.tag_average:  # the calibration holds for the settings it was fitted under: they become the defaults
         inference["tag_average"] = args.tag_average
     if given_samples is not None:
         inference["tag_samples"] = given_samples
     update_manifest(args.model, {"inference": inference})
-    print(json.dumps({"model": args.model, "head_power": power, **fitted, "uas": before["uas"], "las": before["las"]}))
+    powers = {key: value for key, value in maps.items() if key.endswith("_power")}
+    print(json.dumps({"model": args.model, **powers, **fitted, "uas": before["uas"], "las": before["las"]}))
     return 0
 
 
@@ -256,10 +269,18 @@ def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any],
     ``args.tag_samples``) and score them: UAS, LAS, ECE (and UPOS when re-tagged, ``tag_samples`` used);
     returns the scores, the parses and the (re-tagged) input sentences."""
     inputs = [s.copy() for s in gold] if predicted else gold
-    tagged, draws = _tagged(args, inputs, retag=True) if predicted else ([], [[] for _ in inputs])
+    upos_probs: dict[int, np.ndarray] = {}
+    tagged, draws = (_tagged(args, inputs, retag=True, upos_probs=upos_probs) if predicted
+                     else ([], [[] for _ in inputs]))
     parsed = _parse_tagged(args, parse, inputs, draws)
     scores = attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
                                [p.head_probs for p in parsed], reliability=getattr(args, "reliability", False))
+    upos = ([s.upos for s in inputs], [upos_probs[i] for i in range(len(inputs))]) if predicted else None
+    more, arrays = confidence_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
+                                     [p.label_probs for p in parsed],
+                                     [(p.diagnostics or {}).get("p_tree", 0.0) for p in parsed], upos)
+    scores.update(more)
+    args.confidence_arrays = arrays  # for --reliability-plot
     if predicted:
         scores["upos"] = tag_accuracy(gold, inputs)
     scores["tag_samples"] = args.tag_samples if tagged else 0
@@ -309,7 +330,8 @@ def cmd_parse(args: argparse.Namespace) -> int:
         morph = _morphology(s, analyses[i][0], analyses[i][1], overwrite=args.retag)
         if args.kbest is None and args.samples is None:
             sets = sets_misc(p, s, labeler, conformal, args.head_sets) if conformal else None
-            blocks.append(_block(s, p, p.heads, p.deprels, tags=tags, morph=morph, extra=sets))
+            blocks.append(_block(s, p, p.heads, p.deprels, confidence_comments(p) if args.sentence_confidence
+                                 else None, tags=tags, morph=morph, extra=sets))
             continue
         if p.distribution is None:
             raise UsageError("--kbest and --samples need a tree distribution: exact inference, or BP with a "

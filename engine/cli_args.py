@@ -129,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="gold treebank (CoNLL-U)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--reliability", action="store_true", help="include the reliability (calibration) table")
+    p.add_argument("--reliability-plot", metavar="FILE.png", help="draw reliability diagrams of heads, labels, tags "
+                   "and trees, calibrated and raw (needs matplotlib: the 'plots' extra; not with --from-text)")
     p.add_argument("--tags", choices=["gold", "predicted"], default="gold",
                    help="predicted: re-tag the gold-tokenised input with the model's tagger before parsing")
     p.add_argument("--from-text", action="store_true", help="run the whole pipeline from the raw '# text' lines "
@@ -150,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     alt.add_argument("--kbest", type=int, metavar="K", help="write the K most probable trees of each sentence")
     alt.add_argument("--samples", type=int, metavar="N", help="write N trees sampled from each sentence's distribution")
     p.add_argument("--seed", type=int, help="random seed for --samples")
+    p.add_argument("--sentence-confidence", action="store_true", help="write each sentence's p_tree (probability "
+                   "that its heads are all right) and expected_errors as comments")
     p.add_argument("--head-sets", type=float, metavar="ALPHA", help="conformal head and label sets at level ALPHA "
                    "in MISC: HeadSet=3,5 DeprelSet=nsubj,obj (thresholds fitted by `calibrate`)")
     p = sub.add_parser("calibrate", help="fit the calibration of head probabilities and the thresholds of head "

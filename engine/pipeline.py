@@ -30,7 +30,7 @@ import numpy as np
 
 from engine.bp_parser import BPParser, load_any
 from engine.data.conllu_io import Sentence, read_conllu
-from engine.decode.calibration import DEFAULT_POWER, check_power
+from engine.decode.calibration import DEFAULT_POWER, manifest_calibration
 from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TagSequence, check_tag_average
 from engine.inference.settings import check_manifest
 from engine.model.store import ModelError, load_model
@@ -103,6 +103,13 @@ class Pipeline:
         return float((self.manifest.get("inference") or {}).get("head_power", DEFAULT_POWER))
 
     @property
+    def default_powers(self) -> dict[str, Any]:
+        """The calibration fitted for this model (``engine.decode.calibration.manifest_calibration``: the powers
+        ``head_power``, ``label_power``, ``tree_power``, 1 (none) for those the manifest does not give, and the
+        knots of the isotonic head stage or None); the argument of ``calibrated_all``."""
+        return manifest_calibration(self.manifest.get("inference"))
+
+    @property
     def components(self) -> list[str]:
         return [name for name in COMPONENTS if name == "parser" or getattr(self, name) is not None]
 
@@ -131,7 +138,7 @@ class Pipeline:
         try:
             check_manifest(stored.manifest)
             check_tag_average((stored.manifest.get("inference") or {}).get("tag_average", DEFAULT_TAG_AVERAGE))
-            check_power((stored.manifest.get("inference") or {}).get("head_power", DEFAULT_POWER))
+            manifest_calibration(stored.manifest.get("inference"))
         except ValueError as e:
             raise ModelError(f"{directory}: {e}") from e
         return cls(parser, **parts)
@@ -170,11 +177,12 @@ class Pipeline:
         model has no tagger."""
         return self.tag_and_sample(sentences, retag)[0]
 
-    def tag_and_sample(self, sentences: Sequence[Sentence], retag: bool = False,
-                       samples: int = 0) -> tuple[list[int], list[list[TagSequence]]]:
+    def tag_and_sample(self, sentences: Sequence[Sentence], retag: bool = False, samples: int = 0,
+                       upos_probs: dict[int, np.ndarray] | None = None) -> tuple[list[int], list[list[TagSequence]]]:
         """``tag``, and in the same pass ``samples`` (UPOS, XPOS) sequences drawn from the tagger's posterior
         for each sentence it tagged (none for the others): the indices tagged and the ``samples`` argument
-        of ``engine.decode.tag_marginal.parse_over_tag_samples``."""
+        of ``engine.decode.tag_marginal.parse_over_tag_samples``. Given ``upos_probs``, it gets each tagged
+        sentence's tagger marginals of its chosen UPOS tags (by index)."""
         draws: list[list[TagSequence]] = [[] for _ in sentences]
         todo = [i for i, s in enumerate(sentences) if retag or untagged(s)]
         if not todo:
@@ -185,6 +193,10 @@ class Pipeline:
             sentences[i].upos = list(result.upos)
             sentences[i].xpos = list(result.xpos)
             draws[i] = result.samples
+            if upos_probs is not None:
+                column = {tag: k for k, tag in enumerate(self.tagger.upos_labels)}
+                upos_probs[i] = result.upos_marginals[np.arange(len(result.upos)),
+                                                      [column[t] for t in result.upos]]
         return todo, draws
 
     def analyse(self, sentences: Sequence[Sentence], deprels: Sequence[Sequence[str]]

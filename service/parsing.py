@@ -14,7 +14,7 @@ import numpy as np
 
 from engine.bp_parser import BPParser
 from engine.data.conllu_io import Sentence, format_sentence
-from engine.decode.calibration import calibrated
+from engine.decode.calibration import calibrated_all, confidence_comments, model_probabilities
 from engine.decode.conformal import word_sets
 from engine.decode.tag_marginal import TagSequence, parse_over_tag_samples
 from engine.features.tag_mixture import TagMixture
@@ -44,8 +44,7 @@ def run_inference(entry: ModelEntry, sentences: list[Sentence], options: Inferen
         sentences, draws, lambda batch: _infer(entry, batch, options), entry.parser.constraint, entry.parser.labeler,
         lambda copies, mixtures=None: _infer(entry, copies, options, labels=False, mixtures=mixtures),
         average=options.tag_average or entry.pipeline.default_tag_average)
-    power = 1.0 if options.calibration == "none" else entry.pipeline.default_head_power
-    return [calibrated(p, power) for p in parsed]
+    return calibrated_all(parsed, None if options.calibration == "none" else entry.pipeline.default_powers)
 
 
 def _infer(entry: ModelEntry, sentences: list[Sentence], options: InferenceOptions, labels: bool = True,
@@ -117,24 +116,41 @@ def parse_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> list[
                    "feats": s.feats[j], "head": int(p.heads[j + 1]), "deprel": p.deprels[j], "prob": probs[j],
                    "deprel_prob": label_probs[j], "feats_prob": None if feats_probs is None else feats_probs[j]}
                   for j in range(s.n)]
-        out.append({"tokens": tokens, "inference": inference_report(p)})
+        out.append({"tokens": tokens, "inference": inference_report(p), **sentence_confidence(p)})
     return out
 
 
+def sentence_confidence(p: ParsedSentence) -> dict[str, Any]:
+    """``p_tree`` (the probability that the sentence's heads are all right: exact or estimated, ``p_tree_source``)
+    and ``expected_errors`` (``engine.decode.calibration.calibrated`` puts them in the diagnostics)."""
+    d = p.diagnostics or {}
+    values = _finite(np.array([d.get("p_tree", 0.0), d.get("expected_errors", 0.0)]), "sentence confidences")
+    return {"p_tree": values[0], "p_tree_source": str(d.get("p_tree_source", "estimate")),
+            "expected_errors": values[1]}
+
+
 def parse_conllu(sentences: list[Sentence], parsed: list[ParsedSentence]) -> str:
-    """CoNLL-U with HEAD, DEPREL, HeadProb in MISC, and the tags, LEMMA and FEATS the model predicted (input
-    values kept)."""
+    """CoNLL-U with HEAD, DEPREL, HeadProb in MISC, the tags, LEMMA and FEATS the model predicted (input values
+    kept) and each sentence's ``p_tree`` and ``expected_errors`` as comments."""
     blocks = []
     for s, p in zip(sentences, parsed, strict=True):
         columns = [s.lines[i].split("\t") for i in s.word_line_index]
         retagged = [c[3] for c in columns] != s.upos or [c[4] for c in columns] != s.xpos
         lemmas = s.lemmas if [c[2] for c in columns] != s.lemmas else None
         feats = s.feats if [c[5] for c in columns] != s.feats else None
-        blocks.append(format_sentence(s, heads=p.heads, deprels=p.deprels,
-                                      misc={"HeadProb": [f"{x:.4f}" for x in p.head_probs]},
-                                      upos=s.upos if retagged else None, xpos=s.xpos if retagged else None,
-                                      lemmas=lemmas, feats=feats))
+        text = format_sentence(s, heads=p.heads, deprels=p.deprels,
+                               misc={"HeadProb": [f"{x:.4f}" for x in p.head_probs]},
+                               upos=s.upos if retagged else None, xpos=s.xpos if retagged else None,
+                               lemmas=lemmas, feats=feats)
+        blocks.append(with_comments(text, confidence_comments(p)))
     return "".join(blocks)
+
+
+def with_comments(block: str, comments: list[str]) -> str:
+    """A sentence block with ``comments`` after its own comment lines."""
+    lines = block.split("\n")
+    at = next((k for k, line in enumerate(lines) if not line.startswith("#")), 0)
+    return "\n".join(lines[:at] + comments + lines[at:])
 
 
 def marginals_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> list[dict[str, Any]]:
@@ -145,6 +161,11 @@ def marginals_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> l
         rows = rows / rows.sum(axis=1, keepdims=True)
         out.append({"forms": list(s.forms), "marginals": _finite(rows, "marginals")})
     return out
+
+
+def model_marginals(p: ParsedSentence) -> np.ndarray:
+    """The chosen heads' marginals before the model's head calibration (``model_probabilities``)."""
+    return model_probabilities(p)[0]
 
 
 _COVERS = {
@@ -166,6 +187,11 @@ def confidence_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> 
     inference reports its eta. For BP the interval does not cover BP's own approximation error, which
     ``covers`` states. Averaged over tag samples (``parse_over_tag_samples``, as on ``/parse``), mu' is the
     averaged marginal and eta the largest of the taggings' (``engine.decode.tag_marginal``).
+
+    The interval bounds the model's own marginal: it is computed around ``model_prob``, the marginal before the
+    model's calibration (``engine.decode.calibration``; ``prob`` is the calibrated one, equal to it when the
+    model has no head power or the request asked ``calibration: none``). An interval that covers [0, 1] says
+    nothing and is marked ``vacuous`` (per sentence, ``vacuous_share``).
     """
     out = []
     for s, p in zip(sentences, parsed, strict=True):
@@ -173,13 +199,16 @@ def confidence_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> 
         method = diag.get("method", "exact")
         eta = float(diag.get("eta", 0.0))
         probs = np.asarray(p.head_probs, dtype=float)
-        lower, upper = marginal_interval(probs, eta)
-        pr, lo, up = (_finite(a, "confidence intervals") for a in (probs, lower, upper))
+        raw = model_marginals(p)
+        lower, upper = marginal_interval(raw, eta)
+        vacuous = (lower <= 0.0) & (upper >= 1.0)
+        pr, mp, lo, up = (_finite(a, "confidence intervals") for a in (probs, raw, lower, upper))
         (eta_out,) = _finite(np.array([eta]), "the bound eta")
         tokens = [{"id": j + 1, "form": s.forms[j], "head": int(p.heads[j + 1]), "prob": pr[j], "lower": lo[j],
-                   "upper": up[j]} for j in range(s.n)]
+                   "upper": up[j], "model_prob": mp[j], "vacuous": bool(vacuous[j])} for j in range(s.n)]
         out.append({"eta": eta_out, "kl_bound": eta_out, "method": method, "covers": _COVERS.get(method, _COVERS["bp"]),
-                    "tag_samples": int(diag.get("tag_samples", 0)), "tokens": tokens})
+                    "tag_samples": int(diag.get("tag_samples", 0)), "tokens": tokens,
+                    "vacuous_share": float(vacuous.mean()) if s.n else 0.0, **sentence_confidence(p)})
     return out
 
 

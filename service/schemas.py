@@ -284,7 +284,15 @@ class InferenceReport(BaseModel):
                              "were also averaged over (0: the best tags only)")
 
 
-class ParsedSentenceOut(BaseModel):
+class SentenceConfidence(BaseModel):
+    p_tree: float = Field(description="probability that every head of the sentence's tree is right: exact for "
+                          "exact first-order inference over one tagging, else estimated from the calibrated head "
+                          "probabilities (product to the model's tree_power, fitted on dev against exact match)")
+    p_tree_source: Literal["exact", "estimate"]
+    expected_errors: float = Field(description="expected number of wrong heads: sum over words of 1 - prob")
+
+
+class ParsedSentenceOut(SentenceConfidence):
     tokens: list[Token]
     inference: InferenceReport
 
@@ -311,13 +319,16 @@ class ConfidenceToken(BaseModel):
     prob: float
     lower: float
     upper: float
+    model_prob: float = Field(description="the model's marginal before calibration: the interval bounds the full "
+                              "model's marginal around it (equal to prob when no calibration applies)")
+    vacuous: bool = Field(description="the interval covers [0, 1]: it says nothing")
     head_set: list[int] | None = Field(None, description="with alpha: the conformal head set, most probable first")
     head_set_prob: float | None = Field(None, description="with alpha: the head set's total probability")
     deprel_set: list[str] | None = Field(None, description="with alpha: the conformal label set of the arc to "
                                          "the chosen head, most probable first")
 
 
-class ConfidenceSentence(BaseModel):
+class ConfidenceSentence(SentenceConfidence):
     eta: float = Field(description="Riedel & Smith Proposition 2 bound from the factors left out (0: none); "
                        "averaged over tag samples, the largest of the taggings' bounds")
     kl_bound: float
@@ -326,6 +337,7 @@ class ConfidenceSentence(BaseModel):
     tag_samples: int = Field(0, description="tag sequences the marginals were also averaged over, as on /parse "
                              "(0: the best tags only)")
     tokens: list[ConfidenceToken]
+    vacuous_share: float = Field(description="share of the sentence's words whose interval is vacuous")
 
 
 class ConfidenceResponse(BaseModel):

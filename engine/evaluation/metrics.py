@@ -5,7 +5,11 @@
 - UPOS / XPOS accuracy of predicted tags (``tag_accuracy``);
 - expected calibration error (Naeini et al. 2015; Guo et al. 2017) of the chosen heads' marginal
   probabilities against head correctness: 15 equal-width bins over [0, 1],
-  ``ECE = sum_b (|b| / N) |accuracy(b) - confidence(b)|``, with an optional reliability table.
+  ``ECE = sum_b (|b| / N) |accuracy(b) - confidence(b)|``, with an optional reliability table;
+- the same ECE of the chosen labels' probabilities against "label right" on the words whose head is right
+  (``label_ece``: a label's probability is conditional on its arc), of the tagger's marginal of its chosen
+  UPOS against "UPOS right" (``upos_ece``) and of each sentence's ``p_tree`` against exact match of its
+  heads (``p_tree_ece``; ``confidence_scores``).
 """
 
 from __future__ import annotations
@@ -77,6 +81,35 @@ def tag_accuracy(gold: Sequence[Any], predicted: Sequence[Any], field: str = "up
     pairs = [(g, p) for gs, ps in zip(gold, predicted, strict=True)
              for g, p in zip(getattr(gs, field), getattr(ps, field), strict=True)]
     return 100.0 * sum(g == p for g, p in pairs) / max(len(pairs), 1)
+
+
+def confidence_scores(gold: Sequence[Any], pred_heads: Sequence[np.ndarray], pred_labels: Sequence[Sequence[str]],
+                      label_probs: Sequence[np.ndarray], p_trees: Sequence[float],
+                      upos: tuple[Sequence[Sequence[str]], Sequence[np.ndarray]] | None = None,
+                      ) -> tuple[dict[str, Any], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """``label_ece``, ``p_tree_ece``, ``exact_match`` (percent) and, given ``upos`` (predicted tags, their
+    probabilities), ``upos_ece`` (module docstring); and the (confidence, correct) arrays behind each, keyed
+    ``labels``, ``trees``, ``tags`` (for reliability diagrams)."""
+    lq, ly, exact = [], [], []
+    for g, h, lab, q in zip(gold, pred_heads, pred_labels, label_probs, strict=True):
+        right = np.asarray(h[1:]) == g.heads[1:]
+        exact.append(bool(right.all()))
+        if len(q):
+            same = np.array([a.split(":")[0] == b.split(":")[0] for a, b in zip(lab, g.deprels, strict=True)])
+            lq.append(np.asarray(q, dtype=np.float64)[right])
+            ly.append(same[right])
+    arrays = {"labels": (np.concatenate(lq) if lq else np.zeros(0), np.concatenate(ly) if ly else np.zeros(0, bool)),
+              "trees": (np.asarray(p_trees, dtype=np.float64), np.asarray(exact, dtype=bool))}
+    if upos is not None:
+        tags, probs = upos
+        ok = [t == gt for gs, ts in zip(gold, tags, strict=True) for t, gt in zip(ts, gs.upos, strict=True)]
+        arrays["tags"] = (np.concatenate([np.asarray(p, dtype=np.float64) for p in probs]) if probs else np.zeros(0),
+                          np.asarray(ok, dtype=bool))
+    out: dict[str, Any] = {"exact_match": float(100.0 * np.mean(exact)) if exact else 0.0}
+    for key, name in (("labels", "label_ece"), ("trees", "p_tree_ece"), ("tags", "upos_ece")):
+        if key in arrays:
+            out[name] = calibration(*arrays[key])[0]
+    return out, arrays
 
 
 def inference_summary(parsed: list[Any]) -> dict[str, Any]:

@@ -98,9 +98,16 @@ def test_service_confidence_is_a_point_for_full_inference(client: TestClient) ->
     for model in ("en_ewt-o1", "en_ewt"):
         r = client.post("/confidence", json=body(model=model))
         assert r.status_code == 200, r.text
-        for s in r.json()["sentences"]:
+        raw = client.post("/confidence", json=body(model=model, inference={"calibration": "none"}))
+        for s, u in zip(r.json()["sentences"], raw.json()["sentences"], strict=True):
             assert s["eta"] == 0.0 and s["kl_bound"] == 0.0 and s["covers"]
-            assert all(t["lower"] == t["prob"] == t["upper"] for t in s["tokens"])
+            # the interval is the point of the model's own marginal (before calibration: en_ewt has a head power)
+            assert all(t["lower"] == t["model_prob"] == t["upper"] and not t["vacuous"] for t in s["tokens"])
+            assert s["vacuous_share"] == 0.0 and 0.0 <= s["p_tree"] <= 1.0
+            for t, v in zip(s["tokens"], u["tokens"], strict=True):
+                assert math.isclose(t["model_prob"], v["prob"], rel_tol=1e-9, abs_tol=1e-12)
+                assert v["model_prob"] == v["prob"]
+            assert s["expected_errors"] == pytest.approx(sum(1 - t["prob"] for t in s["tokens"]))
 
 
 def test_service_relaxed_inference_reports_eta_and_intervals(client: TestClient) -> None:
@@ -127,7 +134,10 @@ def test_service_relaxed_inference_reports_eta_and_intervals(client: TestClient)
         assert s["method"] == "relaxed" and s["eta"] == p["inference"]["eta"] == s["kl_bound"]
         assert "left out" in s["covers"]
         width = math.expm1(min(s["eta"], 700.0))
+        assert s["vacuous_share"] == pytest.approx(np.mean([t["vacuous"] for t in s["tokens"]]))
         for t in s["tokens"]:
+            assert t["model_prob"] == t["prob"]  # en_ewt-o2 has no head power
+            assert t["vacuous"] == (t["lower"] == 0.0 and t["upper"] == 1.0)
             assert 0.0 <= t["lower"] <= t["prob"] <= t["upper"] <= 1.0
             assert math.isclose(t["upper"], min(1.0, t["prob"] * (1 + width)), rel_tol=1e-9)
             assert math.isclose(t["lower"], max(0.0, t["prob"] - width * (1 - t["prob"])), rel_tol=1e-9,
@@ -409,3 +419,20 @@ def test_service_concurrent_requests_all_answered(client: TestClient) -> None:
     with ThreadPoolExecutor(8) as pool:
         codes = list(pool.map(lambda i: client.post("/parse", json=body(model="en_ewt-o1")).status_code, range(16)))
     assert codes == [200] * 16
+
+
+def test_service_parse_reports_sentence_confidence(client: TestClient) -> None:
+    """``p_tree`` of an exact first-order parse is the MBR tree's probability (as /kbest lists it); the
+    pipeline's tag-averaged BP parse estimates it; CoNLL-U carries both as comments."""
+    exact = client.post("/parse", json=body(model="en_ewt-o1")).json()["sentences"]
+    kbest = client.post("/kbest", json=body(model="en_ewt-o1", k=100)).json()["sentences"]
+    for s, k in zip(exact, kbest, strict=True):
+        assert s["p_tree_source"] == "exact"
+        heads = [t["head"] for t in s["tokens"]]
+        (log_prob,) = [t["log_prob"] for t in k["trees"] if t["heads"] == heads]
+        assert s["p_tree"] == pytest.approx(math.exp(log_prob), rel=1e-6)
+        assert s["expected_errors"] == pytest.approx(sum(1 - t["prob"] for t in s["tokens"]))
+    for s in client.post("/parse", json=body(model="en_ewt")).json()["sentences"]:
+        assert s["p_tree_source"] == "estimate" and 0.0 < s["p_tree"] < 1.0
+    r = client.post("/parse", json={"conllu": CONLLU, "output": "conllu", "model": "en_ewt-o1"})
+    assert "\n# p_tree = " in r.text and "\n# p_tree_source = exact\n" in r.text and "# expected_errors = " in r.text

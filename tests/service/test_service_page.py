@@ -70,7 +70,8 @@ def test_confidence_is_the_inference_of_parse_and_marginals(server: tuple[Server
             for t, u, row in zip(p["tokens"], conf["tokens"], m["marginals"], strict=True):
                 assert u["head"] == t["head"]
                 assert u["prob"] == pytest.approx(t["prob"], abs=1e-9) == pytest.approx(row[t["head"]], abs=1e-9)
-                assert u["lower"] == u["upper"] == pytest.approx(u["prob"], abs=1e-12)  # bp: eta = 0
+                # bp: eta = 0, the interval is the point of the model's own (uncalibrated) marginal
+                assert u["lower"] == u["upper"] == pytest.approx(u["model_prob"], abs=1e-12) and not u["vacuous"]
             samples = body.get("inference", {}).get("tag_samples", default["default_tag_samples"])
             assert p["inference"]["tag_samples"] == conf["tag_samples"] == samples
 
@@ -86,7 +87,8 @@ def test_confidence_under_relaxed_inference_over_tag_samples(server: tuple[Serve
     assert conf["method"] == "relaxed" and conf["eta"] == p["inference"]["eta"] >= single["sentences"][0]["eta"]
     for t, u in zip(p["tokens"], conf["tokens"], strict=True):
         assert u["head"] == t["head"] and u["prob"] == pytest.approx(t["prob"], abs=1e-9)
-        assert u["lower"] <= u["prob"] <= u["upper"]
+        assert u["lower"] <= u["model_prob"] <= u["upper"]  # around the model's own marginal
+        assert u["vacuous"] == (u["lower"] == 0.0 and u["upper"] == 1.0)
 
 
 def test_models_states_the_request_limits(server: tuple[ServerProcess, httpx.Client]) -> None:

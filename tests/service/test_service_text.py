@@ -29,11 +29,13 @@ def _layout(conllu: str) -> list[str]:
 
 def test_service_text_field_reads_text_as_the_command_line_does(tmp_path: Path) -> None:
     out = tmp_path / "cli.conllu"
-    assert main(["parse", "--model", str(MODELS / "en_ewt"), "--text", TEXT, "--output", str(out)]) == 0
+    # the service's CoNLL-U carries each sentence's p_tree and expected errors: the CLI's with --sentence-confidence
+    assert main(["parse", "--model", str(MODELS / "en_ewt"), "--text", TEXT, "--output", str(out),
+                 "--sentence-confidence"]) == 0
     cli = _layout(out.read_text(encoding="utf-8"))
     out_doc = tmp_path / "cli-newdoc.conllu"
     assert main(["parse", "--model", str(MODELS / "en_ewt"), "--text", TEXT, "--output", str(out_doc),
-                 "--blank-line", "newdoc"]) == 0
+                 "--blank-line", "newdoc", "--sentence-confidence"]) == 0
     cli_doc = _layout(out_doc.read_text(encoding="utf-8"))
     with running_app(tmp_path / "svc") as client:
         r = client.post("/parse", json={"text": TEXT, "model": "en_ewt", "output": "conllu"})
