@@ -1,0 +1,143 @@
+"""Data-parallel first-order CLL training on a Dask cluster (``dask.distributed``), issue 27.
+
+Each worker holds a shard of the training sentences: the driver scatters a shard's sentences to its worker
+once, the worker extracts their features there and keeps them in its memory (a future the driver never
+gathers). Per AdaGrad step the driver sends each worker only the weights its part of the batch reads, the
+worker returns its part's negative log-likelihood and gradient, and the driver sums them and takes the step
+of single-process training (``engine.training.cll.train_cll``, which runs this through ``ShardedCLL``).
+
+What is equal to single-process training: the mini-batches are the same (``length_batches`` over the same
+usable trees, visited in the same shuffled order), each global batch is split into one contiguous piece per
+worker, and a batch's gradient is the sum of its pieces' gradients. Per sentence the scores, marginals and
+gradient terms are computed exactly as in one process (a piece's features are renumbered into the piece's
+own feature index space, which changes no value); only the association of the sums over a batch's sentences
+differs (piece by piece, then across pieces), so the weights agree up to the rounding of float64 sums
+(measured in ``docs/results/cluster.md``; ``tests/engine/training/test_cluster.py`` bounds it).
+
+Sizes: a worker returns one float64 per feature its piece touches, not a dense gradient over the hashed
+dimension (4M weights = 32 MB per step would swamp the gain); the driver keeps each piece's feature indices.
+
+``dask`` and ``distributed`` are an optional extra (``pip install .[cluster]``): they are imported only inside
+the functions that need them, so the engine installs and runs without them. Dask moves the sentences and the
+arrays between its own processes with its serialisation; nothing is persisted that way (models stay
+pickle-free). A worker lost mid-training is not yet recovered from (its shard's scattered sentences go with
+it); failure handling is a later piece of issue 27.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from engine.data.batching import length_batches
+from engine.features.extract import FeatureExtractor
+from engine.kernels.exact import TreeConstraint
+
+CLUSTER_SPEC = re.compile(r"local:(?P<n>[1-9][0-9]*)|tcp://[^\s:/]+:[0-9]+")
+TIMEOUT = "120s"  # connecting to a scheduler, waiting for workers
+
+
+def check_spec(spec: str) -> None:
+    """Raise ``ValueError`` unless ``spec`` is ``local:N`` (N >= 1) or ``tcp://HOST:PORT``."""
+    if not CLUSTER_SPEC.fullmatch(spec):
+        raise ValueError(f"cluster must be local:N (N worker processes) or tcp://HOST:PORT, got {spec!r}")
+
+
+@contextmanager
+def connect(spec: str) -> Iterator[Any]:
+    """A ``distributed.Client``: to a new ``LocalCluster`` of N single-threaded worker processes for
+    ``local:N`` (closed on exit), or to the existing scheduler at ``tcp://HOST:PORT``."""
+    check_spec(spec)
+    from distributed import Client, LocalCluster  # optional dependency (the `cluster` extra): imported here only
+
+    match = CLUSTER_SPEC.fullmatch(spec)
+    assert match is not None
+    if match.group("n"):
+        n = int(match.group("n"))
+        with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+                Client(cluster, timeout=TIMEOUT) as client:
+            client.wait_for_workers(n, timeout=TIMEOUT)
+            yield client
+    else:
+        with Client(spec, timeout=TIMEOUT) as client:
+            yield client
+
+
+class Piece:
+    """One worker's part of one mini-batch: features renumbered into the part's own index space
+    (``local[..] = j`` for global feature ``index[j]``; ``index[0]`` is the null feature 0) and gold heads."""
+
+    def __init__(self, features: np.ndarray, gold: np.ndarray) -> None:
+        self.index, inverse = np.unique(np.concatenate([[0], features.reshape(-1)]), return_inverse=True)
+        self.index = self.index.astype(np.int64)
+        self.local = inverse[1:].reshape(features.shape).astype(np.int32)
+        self.gold = gold
+
+
+def _extract(extractor: FeatureExtractor, sentences: Sequence[Any], parts: list[list[int]]) -> list[Piece | None]:
+    """On a worker: the features of each part (positions in ``sentences``) of every batch; None for an empty
+    part (a batch smaller than the number of workers)."""
+    out: list[Piece | None] = []
+    for part in parts:
+        chosen = [sentences[i] for i in part]
+        out.append(Piece(extractor.extract(chosen), np.stack([s.heads for s in chosen])) if chosen else None)
+    return out
+
+
+def _indices(pieces: list[Piece | None]) -> list[np.ndarray | None]:
+    """On a worker: the global feature indices of each piece (what the driver sends weights for)."""
+    return [p.index if p is not None else None for p in pieces]
+
+
+def _objective(pieces: list[Piece | None], b: int, weights: np.ndarray, constraint: TreeConstraint) -> Any:
+    """On a worker: the negative log-likelihood of piece ``b`` and its gradient over the piece's features."""
+    from engine.training.cll import TrainingBatch, cll_objective  # cll imports this module
+
+    piece = pieces[b]
+    assert piece is not None
+    return cll_objective(weights, TrainingBatch(piece.local, piece.gold), constraint)
+
+
+class ShardedCLL:
+    """The training set's mini-batches, sharded over the workers of ``client``; ``objective(w, b)`` is batch
+    ``b``'s summed loss and dense gradient, as ``cll_objective`` computes them in one process."""
+
+    def __init__(self, client: Any, extractor: FeatureExtractor, constraint: TreeConstraint,
+                 sentences: Sequence[Any], batch_size: int) -> None:
+        self.client, self.constraint, self.dim = client, constraint, extractor.dim
+        groups = length_batches([len(s.forms) for s in sentences], batch_size)
+        self.sizes = [len(g) for g in groups]
+        self.workers = sorted(client.scheduler_info()["workers"])
+        if not self.workers:
+            raise RuntimeError("the Dask cluster has no workers")
+        splits = [np.array_split(g, len(self.workers)) for g in groups]  # batch b's part for worker k
+        self.shards, index_futures = [], []
+        for k, worker in enumerate(self.workers):
+            mine = [int(i) for parts in splits for i in parts[k]]
+            position = {i: p for p, i in enumerate(mine)}
+            parts = [[position[int(i)] for i in parts[k]] for parts in splits]
+            [shard] = client.scatter([[sentences[i] for i in mine]], workers=[worker])  # sent once
+            pieces = client.submit(_extract, extractor, shard, parts, workers=[worker], pure=False)
+            self.shards.append(pieces)  # stays on the worker
+            index_futures.append(client.submit(_indices, pieces, workers=[worker], pure=False))
+        self.index: list[list[np.ndarray | None]] = client.gather(index_futures)
+
+    def objective(self, weights: np.ndarray, b: int) -> tuple[float, np.ndarray]:
+        """Batch ``b``'s negative log-likelihood and gradient: each worker's part, summed worker by worker."""
+        futures = [(self.index[k][b], self.client.submit(_objective, self.shards[k], b, weights[self.index[k][b]],
+                                                         self.constraint, workers=[worker], pure=False))
+                   for k, worker in enumerate(self.workers) if self.index[k][b] is not None]
+        nll, grad = 0.0, np.zeros(self.dim)
+        for index, future in futures:
+            part_nll, part_grad = future.result()
+            nll += part_nll
+            grad[index] += part_grad  # a piece's indices are distinct
+        return nll, grad
+
+    def close(self) -> None:
+        """Release the shards' features on the workers."""
+        self.client.cancel(self.shards)
