@@ -132,8 +132,8 @@ def train_cll(
         batches = prepare_batches(extractor, kept, config.batch_size, progress)
         sizes = [len(batch.gold) for batch in batches]
 
-        def objective(w: np.ndarray, b: int) -> tuple[float, np.ndarray]:
-            return cll_objective(w, batches[b], constraint)
+        def objective(weights: np.ndarray, b: int) -> tuple[float, np.ndarray]:
+            return cll_objective(weights, batches[b], constraint)
     else:
         from engine.training.cluster import ShardedCLL
 

@@ -52,7 +52,10 @@ def connect(spec: str) -> Iterator[Any]:
     """A ``distributed.Client``: to a new ``LocalCluster`` of N single-threaded worker processes for
     ``local:N`` (closed on exit), or to the existing scheduler at ``tcp://HOST:PORT``."""
     check_spec(spec)
-    from distributed import Client, LocalCluster  # optional dependency (the `cluster` extra): imported here only
+    try:
+        from distributed import Client, LocalCluster  # optional dependency (the `cluster` extra): imported here only
+    except ImportError as e:
+        raise ImportError(f"--cluster needs dask and distributed: pip install 'bp-parser[cluster]' ({e})") from e
 
     match = CLUSTER_SPEC.fullmatch(spec)
     assert match is not None
