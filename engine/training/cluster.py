@@ -72,75 +72,88 @@ def connect(spec: str) -> Iterator[Any]:
 
 class Piece:
     """One worker's part of one mini-batch: features renumbered into the part's own index space
-    (``local[..] = j`` for global feature ``index[j]``; ``index[0]`` is the null feature 0) and gold heads."""
+    (``local[..] = j`` for global feature ``index[j]``; ``index`` ascending, ``index[0]`` the null feature 0)
+    and gold heads. ``marks`` and ``positions`` are scratch arrays of the hashed dimension (a sort of the
+    features, ``np.unique``, costs several times more)."""
 
-    def __init__(self, features: np.ndarray, gold: np.ndarray) -> None:
-        self.index, inverse = np.unique(np.concatenate([[0], features.reshape(-1)]), return_inverse=True)
-        self.index = self.index.astype(np.int64)
-        self.local = inverse[1:].reshape(features.shape).astype(np.int32)
+    def __init__(self, features: np.ndarray, gold: np.ndarray, marks: np.ndarray, positions: np.ndarray) -> None:
+        marks[:] = False
+        marks[0] = True
+        marks[features.reshape(-1)] = True
+        self.index = np.flatnonzero(marks).astype(np.int32)
+        positions[self.index] = np.arange(len(self.index), dtype=np.int32)
+        self.local = positions[features]
         self.gold = gold
 
 
-def _extract(extractor: FeatureExtractor, sentences: Sequence[Any], parts: list[list[int]]) -> list[Piece | None]:
-    """On a worker: the features of each part (positions in ``sentences``) of every batch; None for an empty
-    part (a batch smaller than the number of workers)."""
-    out: list[Piece | None] = []
-    for part in parts:
-        chosen = [sentences[i] for i in part]
-        out.append(Piece(extractor.extract(chosen), np.stack([s.heads for s in chosen])) if chosen else None)
-    return out
+class Shard:
+    """A Dask actor on one worker: its sentences' features per batch part, kept in the worker's memory.
+    ``parts[b]``: the positions in ``sentences`` of this worker's part of batch ``b`` (empty for a batch smaller
+    than the number of workers)."""
 
+    def __init__(self, extractor: FeatureExtractor, sentences: Sequence[Any], parts: list[list[int]],
+                 constraint: TreeConstraint) -> None:
+        self.constraint = constraint
+        marks, positions = np.zeros(extractor.dim, dtype=bool), np.zeros(extractor.dim, dtype=np.int32)
+        self.pieces: list[Piece | None] = []
+        for part in parts:
+            chosen = [sentences[i] for i in part]
+            self.pieces.append(Piece(extractor.extract(chosen), np.stack([s.heads for s in chosen]), marks,
+                                     positions) if chosen else None)
 
-def _indices(pieces: list[Piece | None]) -> list[np.ndarray | None]:
-    """On a worker: the global feature indices of each piece (what the driver sends weights for)."""
-    return [p.index if p is not None else None for p in pieces]
+    def indices(self) -> list[np.ndarray | None]:
+        """The global feature indices of each part (those the driver sends weights for)."""
+        return [p.index if p is not None else None for p in self.pieces]
 
+    def objective(self, b: int, weights: np.ndarray) -> tuple[float, np.ndarray]:
+        """The negative log-likelihood of part ``b`` and its gradient over the part's features (``weights``:
+        the weights of ``indices()[b]``)."""
+        from engine.training.cll import TrainingBatch, cll_objective  # cll imports this module
 
-def _objective(pieces: list[Piece | None], b: int, weights: np.ndarray, constraint: TreeConstraint) -> Any:
-    """On a worker: the negative log-likelihood of piece ``b`` and its gradient over the piece's features."""
-    from engine.training.cll import TrainingBatch, cll_objective  # cll imports this module
-
-    piece = pieces[b]
-    assert piece is not None
-    return cll_objective(weights, TrainingBatch(piece.local, piece.gold), constraint)
+        piece = self.pieces[b]
+        assert piece is not None
+        return cll_objective(weights, TrainingBatch(piece.local, piece.gold), self.constraint)
 
 
 class ShardedCLL:
     """The training set's mini-batches, sharded over the workers of ``client``; ``objective(w, b)`` is batch
-    ``b``'s summed loss and dense gradient, as ``cll_objective`` computes them in one process."""
+    ``b``'s summed loss and dense gradient, as ``cll_objective`` computes them in one process. The calls go
+    straight to the actors, not through the scheduler (a step's latency is what limits the speed-up)."""
 
     def __init__(self, client: Any, extractor: FeatureExtractor, constraint: TreeConstraint,
                  sentences: Sequence[Any], batch_size: int) -> None:
-        self.client, self.constraint, self.dim = client, constraint, extractor.dim
+        self.dim = extractor.dim
         groups = length_batches([len(s.forms) for s in sentences], batch_size)
         self.sizes = [len(g) for g in groups]
-        self.workers = sorted(client.scheduler_info()["workers"])
-        if not self.workers:
+        workers = sorted(client.scheduler_info()["workers"])
+        if not workers:
             raise RuntimeError("the Dask cluster has no workers")
-        splits = [np.array_split(g, len(self.workers)) for g in groups]  # batch b's part for worker k
-        self.shards, index_futures = [], []
-        for k, worker in enumerate(self.workers):
+        splits = [np.array_split(g, len(workers)) for g in groups]  # batch b's part for worker k
+        futures = []
+        for k, worker in enumerate(workers):
             mine = [int(i) for parts in splits for i in parts[k]]
             position = {i: p for p, i in enumerate(mine)}
             parts = [[position[int(i)] for i in parts[k]] for parts in splits]
             [shard] = client.scatter([[sentences[i] for i in mine]], workers=[worker])  # sent once
-            pieces = client.submit(_extract, extractor, shard, parts, workers=[worker], pure=False)
-            self.shards.append(pieces)  # stays on the worker
-            index_futures.append(client.submit(_indices, pieces, workers=[worker], pure=False))
-        self.index: list[list[np.ndarray | None]] = client.gather(index_futures)
+            futures.append(client.submit(Shard, extractor, shard, parts, constraint, workers=[worker], actor=True))
+        self.actors = [f.result() for f in futures]
+        self.futures = futures  # the actors live as long as their futures
+        self.index: list[list[np.ndarray | None]] = [a.indices().result() for a in self.actors]
 
     def objective(self, weights: np.ndarray, b: int) -> tuple[float, np.ndarray]:
         """Batch ``b``'s negative log-likelihood and gradient: each worker's part, summed worker by worker."""
-        futures = [(self.index[k][b], self.client.submit(_objective, self.shards[k], b, weights[self.index[k][b]],
-                                                         self.constraint, workers=[worker], pure=False))
-                   for k, worker in enumerate(self.workers) if self.index[k][b] is not None]
+        calls = [(index[b], actor.objective(b, weights[index[b]]))
+                 for actor, index in zip(self.actors, self.index, strict=True) if index[b] is not None]
         nll, grad = 0.0, np.zeros(self.dim)
-        for index, future in futures:
-            part_nll, part_grad = future.result()
+        for index, call in calls:
+            part_nll, part_grad = call.result()
             nll += part_nll
-            grad[index] += part_grad  # a piece's indices are distinct
+            grad[index] += part_grad  # a part's indices are distinct
         return nll, grad
 
     def close(self) -> None:
-        """Release the shards' features on the workers."""
-        self.client.cancel(self.shards)
+        """Release the actors and the features they hold."""
+        self.actors = []
+        for f in self.futures:
+            f.release()
+        self.futures = []
