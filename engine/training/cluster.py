@@ -136,7 +136,7 @@ class ShardedCLL:
             parts = [[position[int(i)] for i in parts[k]] for parts in splits]
             [shard] = client.scatter([[sentences[i] for i in mine]], workers=[worker])  # sent once
             futures.append(client.submit(Shard, extractor, shard, parts, constraint, workers=[worker], actor=True))
-        self.actors = [f.result() for f in futures]
+        self.workers, self.actors = workers, [f.result() for f in futures]
         self.futures = futures  # the actors live as long as their futures
         self.index: list[list[np.ndarray | None]] = [a.indices().result() for a in self.actors]
 
