@@ -1,8 +1,8 @@
 """Data-parallel first-order CLL training on a Dask cluster (``dask.distributed``), issue 27.
 
 Each worker holds a shard of the training sentences: the driver scatters a shard's sentences to its worker
-once, the worker extracts their features there and keeps them in its memory (a future the driver never
-gathers). Per AdaGrad step the driver sends each worker only the weights its part of the batch reads, the
+once, a Dask actor there (``Shard``) extracts their features and keeps them in the worker's memory (never
+sent back). Per AdaGrad step the driver sends each worker only the weights its part of the batch reads, the
 worker returns its part's negative log-likelihood and gradient, and the driver sums them and takes the step
 of single-process training (``engine.training.cll.train_cll``, which runs this through ``ShardedCLL``).
 
