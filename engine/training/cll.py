@@ -112,31 +112,51 @@ def train_cll(
     dev_score: Callable[[np.ndarray], float] | None = None,
     progress: bool = True,
     on_batch: Callable[[int, int], None] | None = None,
+    client: Any = None,
 ) -> TrainResult:
     """Train weights by CLL + AdaGrad; ``dev_score(weights)`` picks the best epoch (higher is better; without
     it, the lowest training loss). ``progress`` shows tqdm bars.
 
     ``on_batch(done, total)`` is called after every batch with the number of batches done so far and the
     total over all epochs. An exception it raises propagates (unlike Ctrl-C, it does not keep a model).
+
+    ``client`` (a ``distributed.Client``): the batches' losses and gradients are computed data-parallel on its
+    workers, each holding a shard of the sentences (``engine.training.cluster``); the same batches, order and
+    AdaGrad steps, so the weights equal single-process training's up to the rounding of the gradient sums.
     """
     start = time.perf_counter()
     keep, skipped = usable_trees(train, constraint)
-    batches = prepare_batches(extractor, [train[i] for i in keep], config.batch_size, progress)
+    kept = [train[i] for i in keep]
+    sharded = None
+    if client is None:
+        batches = prepare_batches(extractor, kept, config.batch_size, progress)
+        sizes = [len(batch.gold) for batch in batches]
+
+        def objective(weights: np.ndarray, b: int) -> tuple[float, np.ndarray]:
+            return cll_objective(weights, batches[b], constraint)
+    else:
+        from engine.training.cluster import ShardedCLL
+
+        sharded = ShardedCLL(client, extractor, constraint, kept, config.batch_size)
+        sizes, objective = sharded.sizes, sharded.objective
     n_sent = len(keep)
     rng = np.random.default_rng(config.seed)
     w = np.zeros(extractor.dim)
     opt = AdaGrad(extractor.dim, config.learning_rate)
-    loop = EpochLoop([w], total_batches=config.epochs * len(batches), total_epochs=config.epochs,
+    loop = EpochLoop([w], total_batches=config.epochs * len(sizes), total_epochs=config.epochs,
                      average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
 
     def step(b: int) -> float:
-        batch = batches[b]
-        nll, grad = cll_objective(w, batch, constraint)
-        opt.step(w, grad, config.l2 * (len(batch.gold) / n_sent))
+        nll, grad = objective(w, b)
+        opt.step(w, grad, config.l2 * (sizes[b] / n_sent))
         return nll
 
-    loop.run(config.epochs, lambda: rng.permutation(len(batches)), step, dev_or_loss(dev_score, "nll"),
-             loss_key="nll", per=max(n_sent, 1))
+    try:
+        loop.run(config.epochs, lambda: rng.permutation(len(sizes)), step, dev_or_loss(dev_score, "nll"),
+                 loss_key="nll", per=max(n_sent, 1))
+    finally:
+        if sharded is not None:
+            sharded.close()
     out = loop.result()
     best_w = out.params[0] if out.best_epoch or out.partial is None else out.partial[0]
     return TrainResult(best_w, out.best_epoch, out.history, out.interrupted, skipped,

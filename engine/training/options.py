@@ -23,6 +23,7 @@ from functools import cache
 from typing import Any
 
 from engine.pipeline import MAX_TAG_SAMPLES
+from engine.training.cluster import CLUSTER_SPEC
 
 FACTOR_FAMILIES = ("grand", "sib", "childseq", "nocross")
 COMPONENTS = ("tokenizer", "tagger", "parser", "labeler", "lemmatizer", "morph")
@@ -110,6 +111,10 @@ class TrainOptions:
                             "(Gormley et al. 2015)", choices=OBJECTIVES, job=False)
     anneal: tuple[float, float] = option((1.0, 0.1), "annealed-risk temperature, linear from T0 to T1 over the AR "
                                          "steps", gt=0, metavar="T0,T1", job=False)
+    cluster: str | None = option(None, "compute the first-order CLL gradients (the parser at order 1, the pruner at "
+                                 "order 2) data-parallel on a Dask cluster: local:N (a LocalCluster of N worker "
+                                 "processes) or tcp://HOST:8786 (an existing scheduler); needs the cluster extra "
+                                 "(docs/results/cluster.md)", metavar="SPEC", job=False)
     tag_samples: int = option(0, "the model's default number of tag samples (inference.tag_samples) for parse, "
                               "evaluate and the service: marginals of words it tags averaged over this many tag "
                               "sequences from its tagger as well as the best one (needs the tagger; the dev "
@@ -131,6 +136,8 @@ class TrainOptions:
         if self.labeler_tag_samples and not {"tagger", "labeler"} <= set(self.components):
             raise TrainOptionsError("labeler_tag_samples needs the tagger and labeler components (the "
                                     "labeller trains on tags drawn by the jackknife's fold taggers)")
+        if self.cluster is not None and not CLUSTER_SPEC.fullmatch(self.cluster):
+            raise TrainOptionsError(f"cluster must be local:N or tcp://HOST:PORT, got {self.cluster!r}")
         if len(self.anneal) != 2:
             raise TrainOptionsError(f"anneal must be two temperatures > 0 (start, end), got {self.anneal!r}")
         if self.objective == "l2+ar" and self.epochs < 2:

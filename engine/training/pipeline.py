@@ -13,6 +13,7 @@ import copy
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from engine.text.tagger import Tagger
 from engine.text.tokenizer import Tokenizer
 from engine.text.treebank_text import raw_text
 from engine.training.cll import TrainConfig, train_cll
+from engine.training.cluster import connect
 from engine.training.erma import ErmaConfig, train_erma, train_erma_exact
 from engine.training.morphology import MORPHOLOGY_COMPONENTS, train_morphology
 from engine.training.objectives import AnnealSchedule
@@ -192,17 +194,23 @@ def _train_first_order(data: _Data, options: TrainOptions, labeler: CountLabeler
     stage = "training" if order == 1 else "training pruner"
     report(stage)
 
+    cll = order == 2 or options.objective == "cll"
+    client: Any = None
+
     def run_first(seed: int, on_batch: Callable[[int, int], None]) -> Any:
-        if order == 1 and options.objective != "cll":  # loss-aware training with exact inference (§4)
+        if not cll:  # loss-aware training with exact inference (§4)
             return train_erma_exact(extractor, constraint, train, replace(erma_config(options), seed=seed),
                                     dev_uas_first if dev else None, progress, on_batch)
         return train_cll(extractor, constraint, train, replace(_train_config(options), seed=seed) if order == 1
                          else TrainConfig(epochs=8, batch_size=options.batch_size, learning_rate=0.2,
                                           l2=options.l2, seed=seed),
-                         dev_uas_first if dev else None, progress, on_batch)
+                         dev_uas_first if dev else None, progress, on_batch, client)
 
     seeds = [options.seed + k for k in range(options.seeds)]
-    result, runs = train_seeds(run_first, seeds if order == 1 else [options.seed], report.batches(stage))
+    with ExitStack() as stack:  # --cluster: only first-order CLL (the parser or the pruner) runs on it for now
+        if options.cluster and cll:
+            client = stack.enter_context(connect(options.cluster))
+        result, runs = train_seeds(run_first, seeds if order == 1 else [options.seed], report.batches(stage))
     first.weights = result.weights
     if result.interrupted and order == 2:
         order = 1  # stopped while training the pruner: save what we have as a first-order model
