@@ -159,7 +159,7 @@ class BPParser:
                 keep, valid = pruned[j]
                 graph = build_graph(sentences[i], valid, link[j], weights, self.templates,
                                     constraint=self.graph_constraint, single_root=self.constraint.single_root,
-                                    offset=offset, mixture=None if mix is None else mix[j], features=gold)
+                                    offset=offset, mixture=None if mix is None else mix[j])
                 if feats is not None:
                     graph.link_features = feats[j]
                 batch.append((i, graph, keep))

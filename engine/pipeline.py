@@ -30,7 +30,7 @@ import numpy as np
 
 from engine.bp_parser import BPParser, load_any
 from engine.data.conllu_io import Sentence, read_conllu
-from engine.decode.calibration import DEFAULT_POWER, manifest_calibration
+from engine.decode.calibration import manifest_calibration
 from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TagSequence, check_tag_average
 from engine.inference.settings import check_manifest
 from engine.model.store import ModelError, load_model
@@ -100,7 +100,7 @@ class Pipeline:
     def default_head_power(self) -> float:
         """The calibration of head probabilities fitted for this model (``engine.decode.calibration``): the
         manifest's ``inference.head_power``, else 1 (none)."""
-        return float((self.manifest.get("inference") or {}).get("head_power", DEFAULT_POWER))
+        return float(self.default_powers["head_power"])
 
     @property
     def default_powers(self) -> dict[str, Any]:

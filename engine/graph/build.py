@@ -24,7 +24,6 @@ from engine.graph.hard import AtMost1, Exactly1, Link
 from engine.graph.nocross import NoCross
 from engine.graph.pairwise import PairFamily, grand_arcs, hard_pairs, no2cycle_arcs, not2_arcs, sib_arcs
 from engine.graph.tree import Tree
-from engine.scoring.fused_triples import triple_scores
 
 SOFT_FAMILIES = ("grand", "sib", "childseq", "nocross")
 CONSTRAINTS = ("tree", "ptree", "exactly1", "atmost1", "not2", "exactly1+no2cycle")
@@ -70,10 +69,9 @@ MixtureCodes = dict[tuple[str, ...], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 def _factor_scores(tokens: Tokens, templates: Sequence[TripleTemplate], triples: np.ndarray,
                    weights: np.ndarray, offset: int, mixture: TagMixture | None, codes: MixtureCodes,
-                   features: bool, direction: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Feature rows (F, K) of the factors ``triples`` (3, F) under the sentence's tags (empty (0, K) without
-    ``features``: inference needs only the scores, which the fused scorer then computes without them, the
-    same values bit for bit) and their scores: the weight sums ``s``, or with a ``mixture`` their weighted
+                   direction: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Feature rows (F, K) of the factors ``triples`` (3, F) under the sentence's tags and their scores: the
+    weight sums ``s``, or with a ``mixture`` their weighted
     mean over its taggings, ``s + sum_c w_c (s_c - s)``, where a copy's ``s_c`` is computed only for the
     triples with a word whose attributes that copy changed (the others have the same features, so
     ``s_c = s``); every copy's in one kernel call. ``codes`` caches per attribute set the words' codes under
@@ -87,34 +85,28 @@ def _factor_scores(tokens: Tokens, templates: Sequence[TripleTemplate], triples:
             theirs = np.stack([attribute_codes(c, attrs) for c in mixture.copies])
             codes[tuple(attrs)] = mine, theirs.reshape(-1, len(attrs)), (theirs != mine).any(axis=2)
         own = codes[tuple(attrs)]
-    if features:
-        feats = extract_triples(tokens, templates, triples, dim, direction=direction,
-                                codes=None if own is None else own[0]) + offset
-        scores = _weight_sums(weights, feats)
-    else:
-        feats = np.zeros((0, len(templates)), dtype=np.int32)
-        scores = triple_scores(tokens, templates, triples, weights, offset, direction,
-                               codes=None if own is None else own[0])
+    feats = extract_triples(tokens, templates, triples, dim, direction=direction,
+                            codes=None if own is None else own[0]) + offset
+    scores = _weight_sums(weights, feats)
     if own is None or mixture is None:
         return feats, scores
     mine, stacked, changed = own
     which, touched = np.nonzero(changed[:, triples].any(axis=1))  # (copy, factor) pairs to score again
     if not touched.size:
         return feats, scores
-    theirs = triple_scores(tokens, templates, triples[:, touched], weights, offset,
-                           None if direction is None else direction[touched], codes=stacked,
-                           rows=which * mine.shape[0])
+    theirs = _weight_sums(weights, extract_triples(tokens, templates, triples[:, touched], dim,
+                                                   direction=None if direction is None else direction[touched],
+                                                   codes=stacked, rows=which * mine.shape[0]) + offset)
     delta = mixture.weights[1:][which] * (theirs - scores[touched])
     return feats, scores + np.bincount(touched, weights=delta, minlength=len(scores))
 
 
 def _pair_terms(name: str, tokens: Tokens, n: int, valid: np.ndarray, weights: np.ndarray,
                 templates: Sequence[TripleTemplate], offset: int, mixture: TagMixture | None = None,
-                codes: MixtureCodes | None = None, features: bool = True) -> SoftTerms:
+                codes: MixtureCodes | None = None) -> SoftTerms:
     arcs = (grand_arcs if name == "grand" else sib_arcs)(n, valid)
     triples = np.stack([arcs[0], arcs[1], arcs[3]])  # GRAND (g, p, c); SIB (h, m, s)
-    feats, scores = _factor_scores(tokens, templates, triples, weights, offset, mixture, {} if codes is None else codes,
-                                   features)
+    feats, scores = _factor_scores(tokens, templates, triples, weights, offset, mixture, {} if codes is None else codes)
     fam = PairFamily(n, valid, arcs, scores, name)
 
     def gold(heads: np.ndarray) -> np.ndarray:
@@ -154,12 +146,12 @@ def _gold_childseq(heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _childseq_terms(tokens: Tokens, n: int, valid: np.ndarray, weights: np.ndarray,
                     templates: Sequence[TripleTemplate], offset: int, mixture: TagMixture | None = None,
-                codes: MixtureCodes | None = None, features: bool = True) -> SoftTerms:
+                codes: MixtureCodes | None = None) -> SoftTerms:
     triples, side = childseq_triples(n, valid)
     h, a, b = triples
     direction = side * 4 + (a == h) * 2 + (b == h)
     feats, scores = _factor_scores(tokens, templates, triples, weights, offset, mixture, {} if codes is None else codes,
-                                   features, direction)
+                                   direction)
     theta = np.zeros((2, n + 1, n + 1, n + 1))  # [left, right]
     theta[side, h, a, b] = scores
     fam = ChildSeq(n, valid, theta[1], theta[0])
@@ -177,12 +169,12 @@ def _childseq_terms(tokens: Tokens, n: int, valid: np.ndarray, weights: np.ndarr
 
 def _nocross_terms(tokens: Tokens, n: int, valid: np.ndarray, weights: np.ndarray,
                    templates: Sequence[TripleTemplate], offset: int, mixture: TagMixture | None = None,
-                codes: MixtureCodes | None = None, features: bool = True) -> SoftTerms:
+                codes: MixtureCodes | None = None) -> SoftTerms:
     j, l = np.triu_indices(n + 1, 1)  # noqa: E741
     keep = j >= 1
     j, l = j[keep], l[keep]  # noqa: E741
     feats, scores = _factor_scores(tokens, templates, np.stack([j, l, j]), weights, offset, mixture,
-                                   {} if codes is None else codes, features)
+                                   {} if codes is None else codes)
     theta = np.zeros((n + 1, n + 1))
     theta[j, l] = scores
     fam = NoCross(n, valid, theta)
@@ -208,14 +200,12 @@ def build_graph(
     single_root: bool = True,
     offset: int = 0,
     mixture: TagMixture | None = None,
-    features: bool = True,
 ) -> SentenceGraph:
     """Factor graph for one sentence; ``link_scores`` (n+1, n+1) are the first-order arc scores.
 
     Higher-order features are hashed into ``weights[offset:]`` (their own block of the weights); the
     weights may be float16 (a loaded model's stored values), their sums are float64. With a ``mixture``
-    the higher-order potentials are averaged over its taggings (``link_scores`` should be too). Without
-    ``features`` the families carry no feature rows (inference: the same potentials, computed fused)."""
+    the higher-order potentials are averaged over its taggings (``link_scores`` should be too)."""
     if constraint not in CONSTRAINTS:
         raise ValueError(f"constraint must be one of {CONSTRAINTS}, got {constraint!r}")
     n = len(tokens.forms)
@@ -238,11 +228,11 @@ def build_graph(
         if not family_templates:
             continue
         if name in ("grand", "sib"):
-            terms = _pair_terms(name, tokens, n, valid, weights, family_templates, offset, mixture, codes, features)
+            terms = _pair_terms(name, tokens, n, valid, weights, family_templates, offset, mixture, codes)
         elif name == "childseq":
-            terms = _childseq_terms(tokens, n, valid, weights, family_templates, offset, mixture, codes, features)
+            terms = _childseq_terms(tokens, n, valid, weights, family_templates, offset, mixture, codes)
         elif name == "nocross":
-            terms = _nocross_terms(tokens, n, valid, weights, family_templates, offset, mixture, codes, features)
+            terms = _nocross_terms(tokens, n, valid, weights, family_templates, offset, mixture, codes)
         else:
             raise ValueError(f"unknown factor family {name!r}; known: {SOFT_FAMILIES}")
         families.append(terms.family)

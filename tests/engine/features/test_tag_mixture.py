@@ -1,7 +1,6 @@
-"""Tag-averaged potentials (engine.features.tag_mixture) and the fused higher-order scorer.
+"""Tag-averaged potentials (engine.features.tag_mixture).
 
-Each fast path is checked against the direct computation it replaces: the fused triple scorer against
-``weights[extract_triples(...)].sum(axis=1)`` bit for bit; a mixture's link and higher-order potentials
+Each fast path is checked against the direct computation it replaces: a mixture's link and higher-order potentials
 against the weighted mean of the potentials computed under each tagging separately; a one-tagging mixture
 against the plain parse."""
 
@@ -16,14 +15,13 @@ from engine.bp_parser import BPParser
 from engine.decode.labeler import CountLabeler
 from engine.decode.tag_marginal import parse_over_tag_samples, retagged
 from engine.features.extract import UPOS_TAGS, FeatureExtractor
-from engine.features.second_order import default_second_order, extract_triples
+from engine.features.second_order import default_second_order
 from engine.features.tag_mixture import TagMixture, mixed_rows, with_copies
 from engine.features.templates import default_first_order
 from engine.graph.build import build_graph
 from engine.graph.family import all_arcs
 from engine.kernels.exact import TreeConstraint
 from engine.scoring.fused import ArcScorer
-from engine.scoring.fused_triples import triple_scores
 
 
 class Toks:
@@ -46,22 +44,6 @@ def _retag(draw: st.DrawFn, s: Toks) -> Toks:
     for p in draw(st.lists(st.integers(0, len(s.forms) - 1), max_size=3)):
         upos[p], xpos[p] = draw(st.sampled_from(TAGS)), draw(st.sampled_from(["NN", "VB", "DT"]))
     return retagged(s, (upos, xpos))
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.data(), st.integers(1, 9), st.sampled_from(["grand", "sib", "childseq", "nocross"]),
-       st.sampled_from([np.float16, np.float32, np.float64]), st.integers(0, 7))
-def test_fused_triple_scores_equal_the_feature_path_bit_for_bit(data: st.DataObject, n: int, family: str,
-                                                                dtype: type, offset: int) -> None:
-    sentence = _sentence(data.draw, n)
-    templates = [t for t in default_second_order([family])]
-    f = data.draw(st.integers(1, 40))
-    triples = np.stack([data.draw(st.lists(st.integers(0, n), min_size=f, max_size=f)) for _ in range(3)])
-    weights = np.random.default_rng(n).normal(size=offset + 257).astype(dtype)
-    feats = extract_triples(sentence, templates, triples, len(weights) - offset) + offset
-    expected = np.asarray(weights[feats], dtype=np.float64).sum(axis=1)
-    got = triple_scores(sentence, templates, triples, weights, offset)
-    assert got.dtype == np.float64 and np.array_equal(got, expected)
 
 
 def _parser(seed: int = 0) -> BPParser:
@@ -110,7 +92,7 @@ def test_mixed_higher_order_potentials_are_the_weighted_mean(data: st.DataObject
     templates = {name: tuple(default_second_order([name])) for name in ("grand", "sib", "childseq", "nocross")}
     weights = np.random.default_rng(1).normal(size=1 << 9).astype(dtype)
     valid, link = all_arcs(n), np.zeros((n + 1, n + 1))
-    mixed = build_graph(sentence, valid, link, weights, templates, mixture=mixture, features=False)
+    mixed = build_graph(sentence, valid, link, weights, templates, mixture=mixture)
     each = [build_graph(s, valid, link, weights, templates) for s in (sentence, *copies)]
     for name in templates:
         thetas = [_theta(g.soft[name].family) for g in each]
@@ -123,19 +105,6 @@ def _theta(family: object) -> np.ndarray:
     if hasattr(family, "theta_right"):
         return np.concatenate([np.ravel(family.theta_right), np.ravel(family.theta_left)])
     return np.asarray(family.theta, dtype=np.float64)  # type: ignore[attr-defined]
-
-
-def test_graphs_without_features_have_the_same_potentials() -> None:
-    """Inference builds its graphs without the (F, K) feature rows (fused scorer): same potentials."""
-    sentence = Toks(["The", "dog", "barks", "loud", "."], ["DET", "NOUN", "VERB", "ADV", "PUNCT"],
-                    ["DT", "NN", "VBZ", "RB", "."])
-    templates = {name: tuple(default_second_order([name])) for name in ("grand", "sib", "childseq", "nocross")}
-    weights = np.random.default_rng(2).normal(size=1 << 9).astype(np.float16)
-    valid, link = all_arcs(5), np.zeros((6, 6))
-    plain = build_graph(sentence, valid, link, weights, templates)
-    fast = build_graph(sentence, valid, link, weights, templates, features=False)
-    for name in templates:
-        assert np.array_equal(_theta(plain.soft[name].family), _theta(fast.soft[name].family))
 
 
 def test_a_mixture_of_one_tagging_parses_as_the_sentence() -> None:
