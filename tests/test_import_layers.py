@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline",),  # tokenizer + tagger + parser + labeller
     ("evaluation",),  # UAS/LAS, calibration, CoNLL 2018 aligned F1
     ("training",),  # trainers and the training pipeline
+    ("constituency",),  # the second formalism: factored PCFGs with EP (its own data, inference and training)
     ("cli_args",),  # the command line's arguments
     ("cli", "compiled"),  # the command line's commands; the numba warm-up
     ("__main__",),  # python -m engine

@@ -1,0 +1,11 @@
+"""Constituency parsing with factored latent-annotation PCFGs and expectation propagation (Hall & Klein 2012).
+
+The second formalism of the engine (issue 26). Layout, bottom to top:
+
+- ``grammar``: the X-bar backbone as index arrays (labels, binary rules, unary rules with identities), the one
+  representation every other module shares; gold trees as anchored items.
+- ``treebank``, ``binarize``, ``evalb``: reading ``.mrg`` files, cleaning, head-outward binarisation and its
+  inverse, EVALB scoring (COLLINS.prm).
+- ``inside_outside``, ``projection``, ``ep``: inference over anchored items (scaled and log-space), projection
+  onto anchored PCFGs, EP and ADF.
+"""
