@@ -12,15 +12,24 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable, Iterator
+from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
 from engine.bp_parser import BPParser
 from engine.cli_args import build_parser  # noqa: F401  (tests use both)
 from engine.cli_args import given_settings as _given_settings
-from engine.data.conllu_io import ConlluError, check_parsable, format_sentence, read_conllu, write_conllu
+from engine.data.conllu_io import (
+    ConlluError,
+    atomic_text,
+    check_parsable,
+    format_sentence,
+    iter_conllu,
+    read_conllu,
+)
 from engine.decode.calibration import calibrated_all, confidence_comments
 from engine.decode.conformal import fit_conformal, sets_misc, stored_conformal
 from engine.decode.labeler import label_arcs
@@ -287,8 +296,14 @@ def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any],
     return scores, parsed, inputs
 
 
-def _read_input(args: argparse.Namespace) -> tuple[list[Any], str]:
-    """Sentences from ``--text``, or ``--input`` (stdin) as CoNLL-U or raw text."""
+CHUNK_SENTENCES = 512
+"""Sentences parsed at a time by ``parse``: its memory is one chunk's, whatever the input's size (each
+sentence's parse does not depend on the others', so the output does not depend on the chunk size)."""
+
+
+def _input_chunks(args: argparse.Namespace, size: int) -> Iterator[tuple[list[Any], str]]:
+    """Sentences from ``--text``, or ``--input`` (stdin) as CoNLL-U (streamed, ``size`` sentences at a time) or
+    raw text (read whole: the tokenizer sees paragraphs across the input), with the name errors cite."""
     if args.text is not None and args.input:
         raise UsageError("give --text or --input, not both")
     if args.text is not None or args.input_format == "text":
@@ -299,26 +314,57 @@ def _read_input(args: argparse.Namespace) -> tuple[list[Any], str]:
         else:
             text = sys.stdin.read()
         try:
-            return args.pipeline.tokenize(text, args.blank_line), "<text>"
+            sentences = args.pipeline.tokenize(text, args.blank_line)
         except ModelError as e:
             raise UsageError(f"{args.model}: {e}") from e
+        for start in range(0, len(sentences), size):
+            yield sentences[start:start + size], "<text>"
+        return
     source = args.input or "<stdin>"
-    return read_conllu(args.input if args.input else sys.stdin, name=source, strict_heads=False), source
+    stream = iter_conllu(args.input if args.input else sys.stdin, name=source, strict_heads=False)
+    while chunk := list(islice(stream, size)):
+        yield chunk, source
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
+    if args.output:
+        with atomic_text(args.output) as out:
+            run_parse(args, out)
+    else:
+        run_parse(args, sys.stdout)
+    return 0
+
+
+def run_parse(args: argparse.Namespace, out: TextIO, on_chunk: Callable[[int, int], None] | None = None,
+              chunk_size: int = CHUNK_SENTENCES) -> dict[str, int]:
+    """``parse``: the input read and parsed a chunk at a time, each chunk's CoNLL-U written to ``out`` before
+    the next is read. ``on_chunk(sentences, words)`` follows each chunk (the service's batch jobs report
+    progress and stop there). Returns the numbers of sentences and words parsed."""
     _check_tag_samples(args)
     if args.tag_samples and (args.kbest is not None or args.samples is not None):
         raise UsageError("--kbest and --samples need one tree distribution per sentence; --tag-samples averages "
                          "several, so it cannot be combined with them")
-    pipeline, parse = _load_parser(args)
-    conformal = _conformal(args)
-    _resolve_tag_samples(args, single_tagging=args.kbest is not None or args.samples is not None)
-    sentences, source = _read_input(args)
-    check_parsable(sentences, source)
     for flag, value, limit in (("--kbest", args.kbest, 1000), ("--samples", args.samples, 100000)):
         if value is not None and not 1 <= value <= limit:
             raise UsageError(f"{flag} must be between 1 and {limit}, got {value}")
+    pipeline, parse = _load_parser(args)
+    conformal = _conformal(args)
+    _resolve_tag_samples(args, single_tagging=args.kbest is not None or args.samples is not None)
+    done = {"sentences": 0, "words": 0}
+    for sentences, source in _input_chunks(args, chunk_size):
+        check_parsable(sentences, source)
+        out.write("".join(_parse_chunk(args, pipeline, parse, conformal, sentences, first=done["sentences"])))
+        done["sentences"] += len(sentences)
+        done["words"] += sum(s.n for s in sentences)
+        if on_chunk is not None:
+            on_chunk(done["sentences"], done["words"])
+    return done
+
+
+def _parse_chunk(args: argparse.Namespace, pipeline: Pipeline, parse: Any, conformal: dict[str, Any] | None,
+                 sentences: list[Any], first: int) -> list[str]:
+    """The CoNLL-U blocks of some sentences (``first``: the index of the first in the whole input, which seeds
+    ``--samples``)."""
     tagged_order, draws = _tagged(args, sentences, retag=args.retag)
     tagged = set(tagged_order)
     parsed = _parse_tagged(args, parse, sentences, draws) if sentences else []
@@ -339,14 +385,13 @@ def cmd_parse(args: argparse.Namespace) -> int:
         if args.kbest is not None:
             trees, key = p.distribution.kbest(args.kbest), "kbest_rank"
         else:
-            seed = None if args.seed is None else args.seed + i
+            seed = None if args.seed is None else args.seed + first + i
             trees, key = p.distribution.sample(args.samples, seed), "sample_index"
         for rank, (log_prob, heads) in enumerate(trees, start=1):
             comments = [f"# {key} = {rank}", f"# log_prob = {log_prob:.6f}",
                         f"# distribution = {p.distribution.source}"]
             blocks.append(_block(s, p, heads, label_arcs(labeler, s, heads)[0], comments, tags=tags, morph=morph))
-    write_conllu(blocks, args.output if args.output else sys.stdout)
-    return 0
+    return blocks
 
 
 def _morphology(sentence: Any, lemmas: list[str] | None, feats: list[str] | None,

@@ -16,6 +16,7 @@ import os
 import re
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NoReturn, TextIO
 
@@ -324,19 +325,28 @@ def format_sentence(
 
 def write_conllu(sentences: Iterable[Sentence | str], dest: str | os.PathLike[str] | TextIO) -> None:
     """Write sentences (``Sentence`` as read, or ``format_sentence`` text) as UTF-8 without newline
-    translation. A path is written atomically: a temporary file beside it, then ``os.replace``."""
+    translation. A path is written atomically (``atomic_text``)."""
     if not isinstance(dest, (str, os.PathLike)):
         for item in sentences:
             dest.write(item if isinstance(item, str) else format_sentence(item))
         return
+    with atomic_text(dest) as fh:
+        for item in sentences:
+            fh.write(item if isinstance(item, str) else format_sentence(item))
+
+
+@contextmanager
+def atomic_text(dest: str | os.PathLike[str]) -> Iterator[TextIO]:
+    """A UTF-8 text stream (no newline translation) that becomes the file ``dest`` only when the block ends
+    without an exception: a temporary file beside it, fsync, then ``os.replace``; on error it is removed and
+    ``dest`` is left as it was."""
     path = os.fspath(dest)
     directory, base = os.path.split(path)
     tmp = os.path.join(directory, f".{base}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with open(fd, "w", encoding="utf-8", newline="") as fh:
-            for item in sentences:
-                fh.write(item if isinstance(item, str) else format_sentence(item))
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

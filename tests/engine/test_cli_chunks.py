@@ -1,0 +1,49 @@
+"""``parse`` reads and parses its input a chunk at a time: the output does not depend on the chunk size."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from engine.cli import build_parser, run_parse
+from engine.data.conllu_io import ConlluError
+
+
+def _parse(model: Path, data: Path, chunk_size: int, *extra: str) -> tuple[str, list[tuple[int, int]]]:
+    args = build_parser().parse_args(["parse", "--model", str(model), "--input", str(data), *extra])
+    out, calls = io.StringIO(), []
+    done = run_parse(args, out, on_chunk=lambda s, w: calls.append((s, w)), chunk_size=chunk_size)
+    assert calls[-1] == (done["sentences"], done["words"])
+    return out.getvalue(), calls
+
+
+def test_output_does_not_depend_on_the_chunk_size(trained: tuple[Path, Path, dict]) -> None:
+    """The shipped-like pipeline (tagger with tag samples, BP parser, labeller) on 60 dev sentences parsed whole
+    and 7 at a time: the same bytes, progress after every chunk, counts that add up."""
+    model, dev, _ = trained
+    whole, one_call = _parse(model, dev, 1000)
+    chunked, calls = _parse(model, dev, 7)
+    assert len(one_call) == 1 and one_call[0][0] == 60
+    assert chunked == whole
+    assert [s for s, _ in calls] == [*range(7, 60, 7), 60]
+    assert all(b[1] > a[1] for a, b in zip(calls, calls[1:], strict=False))
+
+
+def test_sampled_trees_are_seeded_by_the_position_in_the_whole_input(trained: tuple[Path, Path, dict]) -> None:
+    model, dev, _ = trained
+    options = ("--samples", "3", "--seed", "11")
+    assert _parse(model, dev, 1000, *options)[0] == _parse(model, dev, 4, *options)[0]
+
+
+def test_an_error_in_a_later_chunk_names_its_line(trained: tuple[Path, Path, dict], tmp_path: Path) -> None:
+    """A bad sentence after the first chunk: the error cites its line in the whole file."""
+    model, dev, _ = trained
+    text = dev.read_text(encoding="utf-8")
+    bad = tmp_path / "bad.conllu"
+    bad.write_text(text + "1\tword\t_\n\n", encoding="utf-8")
+    lines = text.count("\n")
+    with pytest.raises(ConlluError) as error:
+        _parse(model, bad, 5)
+    assert error.value.line == lines + 1
