@@ -69,11 +69,12 @@ async def _load(state: ServiceState) -> None:
 
     s = state.settings
     try:
-        for d in (s.data_dir, s.uploads_dir, s.trained_dir):
+        for d in (s.data_dir, s.uploads_dir, s.results_dir, s.trained_dir):
             d.mkdir(parents=True, exist_ok=True)
         state.store = await run_in_threadpool(JobStore, s.jobs_db)
         state.scheduler = Scheduler(state.store, s.trained_dir, s.workers, s.node,
-                                    on_finished=lambda job: state.registry.refresh(), uploads_dir=s.uploads_dir)
+                                    on_finished=lambda job: state.registry.refresh(), uploads_dir=s.uploads_dir,
+                                    results_dir=s.results_dir, result_retention=s.result_retention_seconds)
         await run_in_threadpool(state.scheduler.start)
         await run_in_threadpool(state.registry.load_shipped)
         await run_in_threadpool(state.registry.refresh)

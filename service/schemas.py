@@ -112,8 +112,13 @@ BEYOND_SCHEMA: dict[str, str] = {
                         "(GET /models: components, default_inference), alpha on /confidence needs the model's "
                         "conformal thresholds (head_sets) and its calibration (not inference.calibration none)",
     "one-input": "GET /marginals: exactly one of text or tokens; tags and xpos go with tokens",
-    "job-config": "config is a JSON object valid under the JobConfig schema, naming no shipped model",
-    "treebank": "train and dev are UTF-8 CoNLL-U with at least one sentence, a word in each, a HEAD for every word",
+    "job-config": "config is a JSON object valid under the JobConfig schema, naming no shipped model (a training "
+                  "job), or with kind 'parse' under the ParseJobConfig fields of docs/http-api.md",
+    "treebank": "a training job has a train file; train and dev are UTF-8 CoNLL-U with at least one sentence, a word "
+                "in each, a HEAD for every word",
+    "parse-job": "a parse job has an input file (CoNLL-U whose first 1000 sentences read and have words, or UTF-8 "
+                 "text of at most 64 MiB), a model that exists (GET /models) with a tokenizer for text, and "
+                 "tag_samples within max_tag_samples",
     "idempotency-key": "an Idempotency-Key already used is sent again with the same files and config",
 }
 """Rules of a valid request that JSON Schema cannot state (they relate two fields, need a grammar or a tokenizer,
@@ -408,6 +413,7 @@ class JobAccepted(BaseModel):
 
 class JobOut(BaseModel):
     id: str
+    kind: Literal["train", "parse"] = "train"
     status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
     progress: float
     stage: str | None = None
@@ -417,6 +423,7 @@ class JobOut(BaseModel):
     config: dict[str, Any] | None = None
     created: str | None = None
     updated: str | None = None
+    result: str | None = Field(None, description="a parse job that succeeded: where to GET its parsed CoNLL-U")
 
 
 class JobsResponse(BaseModel):

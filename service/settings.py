@@ -17,6 +17,7 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine.pipeline import MAX_TAG_SAMPLES
+from service.jobs.layout import MODELS, RESULT_RETENTION_SECONDS, DataLayout
 
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 """A model name: letters, digits, ``.``, ``_``, ``-`` (no path separators, no leading dot)."""
@@ -83,6 +84,8 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(60.0, gt=0.0, le=3600.0, description="time budget of a parsing request: "
                                      "504 when its parse has not finished in time, 503 when it never started")
     retry_after_seconds: int = Field(1, ge=1)
+    result_retention_seconds: float = Field(RESULT_RETENTION_SECONDS, gt=0, description="how long a parse job's "
+                                            "result is kept after the job ended; then it is deleted (GET: 410)")
     refresh_seconds: float = Field(2.0, gt=0, description="how often new models trained by jobs are picked up")
 
     def jobs_access(self) -> str:
@@ -94,12 +97,21 @@ class Settings(BaseSettings):
     @property
     def trained_dir(self) -> Path:
         """Models written by training jobs: ``<data_dir>/models/<name>/v<version>/``."""
-        return self.data_dir / "models"
+        return self.data_dir / MODELS
 
     @property
     def jobs_db(self) -> Path:
-        return self.data_dir / "jobs.sqlite3"
+        return self.layout.database
 
     @property
     def uploads_dir(self) -> Path:
-        return self.data_dir / "uploads"
+        return self.layout.uploads
+
+    @property
+    def results_dir(self) -> Path:
+        """Parse jobs' results: ``<data_dir>/results/<job_id>.conllu``."""
+        return self.layout.results
+
+    @property
+    def layout(self) -> DataLayout:
+        return DataLayout.at(self.data_dir, self.trained_dir)

@@ -16,7 +16,7 @@ import socket
 import threading
 from types import FrameType
 
-from service.jobs.layout import DataLayout
+from service.jobs.layout import RESULT_RETENTION_SECONDS, DataLayout
 from service.jobs.scheduler import Scheduler
 from service.jobs.store import JobStore
 
@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a running job without heartbeat for this long is marked failed")
     ap.add_argument("--cancel-grace", type=float, default=10.0,
                     help="seconds a cancelled job may take to stop before its process is terminated")
+    ap.add_argument("--result-retention-seconds", type=float, default=RESULT_RETENTION_SECONDS,
+                    help="how long a parse job's result is kept after the job ended (default: a week)")
     ap.add_argument("-v", "--verbose", action="store_true")
     return ap
 
@@ -50,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     layout.create()
     scheduler = Scheduler(JobStore(layout.database), layout.trained_dir, args.workers, args.node,
                           poll_seconds=args.poll_seconds, stale_seconds=args.stale_seconds,
-                          cancel_grace=args.cancel_grace, uploads_dir=layout.uploads)
+                          cancel_grace=args.cancel_grace, uploads_dir=layout.uploads, results_dir=layout.results,
+                          result_retention=args.result_retention_seconds)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -11,11 +11,15 @@ UPLOADS = "uploads"
 MODELS = "models"
 TRAIN_FILE = "train.conllu"
 DEV_FILE = "dev.conllu"
+INPUT_FILE = "input"
+RESULTS = "results"
+RESULT_RETENTION_SECONDS = 7 * 24 * 3600.0  # how long a parse job's result is kept after the job ended
 
 
 @dataclass(frozen=True)
 class DataLayout:
-    """``data_dir/jobs.sqlite3``, ``data_dir/uploads/<job_id>/{train,dev}.conllu`` and the trained-model
+    """``data_dir/jobs.sqlite3``, ``data_dir/uploads/<job_id>/{train,dev}.conllu`` (a parse job's
+    ``uploads/<job_id>/input``), parse jobs' results ``data_dir/results/<job_id>.conllu`` and the trained-model
     directory (default ``data_dir/models``; trained models land in ``<trained_dir>/<name>/v<N>/``)."""
 
     data_dir: Path
@@ -43,7 +47,15 @@ class DataLayout:
     def dev_file(self, job_id: str) -> Path:
         return self.upload_dir(job_id) / DEV_FILE
 
+    @property
+    def results(self) -> Path:
+        return self.data_dir / RESULTS
+
+    def result_file(self, job_id: str) -> Path:
+        """The parsed CoNLL-U of parse job ``job_id`` (present once the job has succeeded)."""
+        return self.results / f"{job_id}.conllu"
+
     def create(self) -> None:
-        """Make the data, uploads and trained-model directories."""
-        for path in (self.data_dir, self.data_dir / UPLOADS, self.trained_dir):
+        """Make the data, uploads, results and trained-model directories."""
+        for path in (self.data_dir, self.data_dir / UPLOADS, self.results, self.trained_dir):
             path.mkdir(parents=True, exist_ok=True)

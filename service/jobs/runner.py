@@ -23,6 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from service.jobs.layout import DataLayout
 from service.jobs.store import STOPPED_ERROR, Job, JobStore
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,9 @@ def is_input_error(error: BaseException) -> bool:
     from engine.data.conllu_io import ConlluError
     from engine.model.store import ModelError
     from engine.training.pipeline import TrainOptionsError
+    from service.jobs.parse_job import ParseJobError
 
-    return isinstance(error, ConlluError | ModelError | TrainOptionsError)
+    return isinstance(error, ConlluError | ModelError | TrainOptionsError | ParseJobError)
 
 
 def one_line_error(error: BaseException, job: Job) -> str:
@@ -105,7 +107,10 @@ def run_job(db_path: str | os.PathLike[str], job_id: str, trained_dir: str | os.
     tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(job_id), dir=root))
     final: Path | None = None
     try:
-        final = _train(store, job, root, tmp, owner, parent, train)
+        if job.kind == "parse":
+            _parse(store, job, Path(db_path).parent, owner, parent)
+        else:
+            final = _train(store, job, root, tmp, owner, parent, train)
     except _Stop as stop:
         if stop.status == "cancelled":
             store.finish(job_id, owner, "cancelled")
@@ -123,15 +128,9 @@ def run_job(db_path: str | os.PathLike[str], job_id: str, trained_dir: str | os.
         log.info("job %s succeeded: %s", job_id, final)
 
 
-def _train(store: JobStore, job: Job, root: Path, tmp: Path, owner: str, parent: int,
-           train: TrainFunction | None) -> Path | None:
-    from service.jobs.config import JobConfig
-
-    if train is None:
-        from engine.training.pipeline import train_model
-
-        train = train_model
-    config = JobConfig.model_validate(job.config)
+def _checker(store: JobStore, job: Job, owner: str, parent: int) -> Callable[..., None]:
+    """``check(fraction, stage, force=False)``: record progress (throttled to ``PROGRESS_INTERVAL``) and raise
+    ``_Stop`` when the job was cancelled, was taken over, or the parent process died."""
     last_stage, last_time = "", 0.0
 
     def check(fraction: float, stage: str, force: bool = False) -> None:
@@ -146,6 +145,20 @@ def _train(store: JobStore, job: Job, root: Path, tmp: Path, owner: str, parent:
                 if current is not None and current.cancel_requested:
                     raise _Stop("cancelled")
                 raise _Stop("failed", "the job was taken over or ended elsewhere")
+
+    return check
+
+
+def _train(store: JobStore, job: Job, root: Path, tmp: Path, owner: str, parent: int,
+           train: TrainFunction | None) -> Path | None:
+    from service.jobs.config import JobConfig
+
+    if train is None:
+        from engine.training.pipeline import train_model
+
+        train = train_model
+    config = JobConfig.model_validate(job.config)
+    check = _checker(store, job, owner, parent)
 
     version: dict[str, int] = {}
 
@@ -177,3 +190,22 @@ def _train(store: JobStore, job: Job, root: Path, tmp: Path, owner: str, parent:
             log.warning("job %s was not published; removing %s", job.id, final)
             shutil.rmtree(final, ignore_errors=True)
     return final if published else None
+
+
+def _parse(store: JobStore, job: Job, data_dir: Path, owner: str, parent: int) -> None:
+    """A batch parse job (``service.jobs.parse_job``): its result lands in ``<data_dir>/results/<id>.conllu``."""
+    from service.jobs.parse_job import ParseJobConfig, run_parse_job
+
+    config = ParseJobConfig.model_validate(job.config)
+    if job.model_path is None:
+        raise RuntimeError("the parse job has no model")
+    result = DataLayout.at(data_dir).result_file(job.id)
+    metrics = run_parse_job(config, job.model_path, job.train_path, result, _checker(store, job, owner, parent))
+    current = store.get(job.id)
+    name, _, version = (config.model or "").partition("@")  # resolved to name@version when the job was queued
+    model = {"name": name, "version": int(version)} if version.isdigit() else None
+    published = current is not None and current.status == "running" and current.owner == owner and \
+        store.finish(job.id, owner, "succeeded", metrics=metrics, model=model)
+    if not published:
+        log.warning("job %s ended elsewhere; discarding its result", job.id)
+        result.unlink(missing_ok=True)

@@ -28,12 +28,14 @@ from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
+from service.jobs.layout import RESULT_RETENTION_SECONDS
 from service.jobs.runner import TEMP_PREFIX, run_job, temp_prefix
 from service.jobs.store import STOPPED_ERROR, Job, JobStore, new_boot, owner_id
 
 log = logging.getLogger(__name__)
 
 JobTarget = Callable[[str, str, str, str], None]  # (db_path, job_id, trained_dir, owner), run in the child
+SWEEP_SECONDS = 60.0  # seconds between sweeps of expired parse results
 KILL_AFTER = 5.0  # seconds between SIGTERM and SIGKILL for a child that does not stop
 CLOCK_SLACK = 5.0  # seconds of overlap between scans for jobs that ended elsewhere
 
@@ -54,13 +56,16 @@ class Scheduler:
     with ``workers=0`` still learns about new models), a cancel request for a queued job, or recovery.
     It is not called for the jobs ``stop`` interrupts. ``target`` replaces ``run_job`` as the child's
     entry point (tests). With ``uploads_dir``, the uploads of terminal jobs (``uploads_dir/<id>/``) are
-    deleted (see the module's retention rule).
+    deleted (see the module's retention rule); with ``results_dir``, parse jobs' results older than
+    ``result_retention`` seconds (counted from the job's end) and the partial results of jobs that are not
+    running are deleted.
     """
 
     def __init__(self, store: JobStore, trained_dir: str | os.PathLike[str], workers: int, node: str,
                  on_finished: Callable[[Job], object] | None = None, poll_seconds: float = 0.5,
                  stale_seconds: float = 60.0, cancel_grace: float = 10.0, *, target: JobTarget | None = None,
-                 uploads_dir: str | os.PathLike[str] | None = None) -> None:
+                 uploads_dir: str | os.PathLike[str] | None = None, results_dir: str | os.PathLike[str] | None = None,
+                 result_retention: float = RESULT_RETENTION_SECONDS) -> None:
         if workers < 0:
             raise ValueError(f"workers must be >= 0, got {workers}")
         self.store = store
@@ -73,6 +78,9 @@ class Scheduler:
         self.cancel_grace = cancel_grace
         self.target: JobTarget = target or run_job
         self.uploads_dir = Path(uploads_dir) if uploads_dir is not None else None
+        self.results_dir = Path(results_dir) if results_dir is not None else None
+        self.result_retention = result_retention
+        self._last_sweep = float("-inf")
         self.boot = new_boot()
         self.owner = owner_id(node, self.boot)
         self._context = multiprocessing.get_context("spawn")
@@ -160,6 +168,9 @@ class Scheduler:
             if time.monotonic() - self._last_recover >= max(self.stale_seconds / 4, self.poll_seconds):
                 self._recover()
             ended += self._claim()
+            if time.monotonic() - self._last_sweep >= SWEEP_SECONDS:
+                self._last_sweep = time.monotonic()
+                self._expire_results()
             for job in ended:
                 self._reported[job.id] = job.updated
             elsewhere = self._ended_elsewhere()
@@ -282,3 +293,22 @@ class Scheduler:
             job = self.store.get(path.name)
             if job is not None and job.finished:
                 shutil.rmtree(path, ignore_errors=True)
+
+    # -- parse jobs' results --------------------------------------------------------------------
+    def _expire_results(self, now: float | None = None) -> list[str]:
+        """Delete the results whose job ended more than ``result_retention`` seconds ago (or is unknown), and
+        the temporary files of jobs that are not running (a killed run's partial output). Returns the names."""
+        if self.results_dir is None or not self.results_dir.is_dir():
+            return []
+        now = time.time() if now is None else now
+        removed = []
+        for path in self.results_dir.iterdir():
+            partial = path.name.startswith(".")
+            job = self.store.get(path.name.lstrip(".").split(".", 1)[0])
+            expired = job is None or (job.finished and (partial or now - job.updated > self.result_retention))
+            if expired:
+                path.unlink(missing_ok=True)
+                removed.append(path.name)
+        if removed:
+            log.info("deleted %d expired or partial parse result(s)", len(removed))
+        return removed

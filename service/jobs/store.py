@@ -1,4 +1,5 @@
-"""The job queue: one SQLite table of training jobs, shared by the app, the scheduler and its children.
+"""The job queue: one SQLite table of jobs (training, and batch parsing of an uploaded file), shared by the
+app, the scheduler and its children.
 
 Every operation opens its own connection (WAL journal, busy timeout) and writes inside ``BEGIN
 IMMEDIATE``, so the store is safe across threads and processes. A job goes
@@ -48,6 +49,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     owner TEXT,
     heartbeat REAL,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
+    model_path TEXT,
     created REAL NOT NULL,
     updated REAL NOT NULL
 );
@@ -121,7 +123,7 @@ class Job:
     model: dict[str, Any] | None
     error: str | None
     config: dict[str, Any]
-    train_path: str
+    train_path: str  # the training treebank; a parse job's uploaded input
     dev_path: str | None
     idempotency_key: str | None
     request_hash: str | None
@@ -130,6 +132,12 @@ class Job:
     cancel_requested: bool
     created: float
     updated: float
+    model_path: str | None = None  # a parse job's model directory, resolved when it was submitted
+
+    @property
+    def kind(self) -> str:
+        """``train`` or ``parse`` (batch parsing of an uploaded file), from the job's config."""
+        return str(self.config.get("kind", "train"))
 
     @property
     def finished(self) -> bool:
@@ -144,11 +152,14 @@ class Job:
         return cls(**data)
 
     def public(self) -> dict[str, Any]:
-        """What the API shows: id, status, progress (0..1), stage, metrics, model ({"name", "version"} or
-        None), error, config, created and updated (ISO 8601, UTC)."""
-        return {"id": self.id, "status": self.status, "progress": round(self.progress, 4), "stage": self.stage,
+        """What the API shows: id, kind, status, progress (0..1), stage, metrics, model ({"name", "version"}:
+        the model a training job produced, or the one a parse job used; else None), error, config, created and
+        updated (ISO 8601, UTC), and a parse job's ``result`` (the path of its output once it has succeeded)."""
+        return {"id": self.id, "kind": self.kind, "status": self.status, "progress": round(self.progress, 4),
+                "stage": self.stage,
                 "metrics": self.metrics, "model": self.model, "error": self.error, "config": self.config,
-                "created": _iso(self.created), "updated": _iso(self.updated)}
+                "created": _iso(self.created), "updated": _iso(self.updated),
+                "result": f"/jobs/{self.id}/result" if self.kind == "parse" and self.status == "succeeded" else None}
 
 
 class JobStore:
@@ -161,6 +172,9 @@ class JobStore:
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(_SCHEMA)
+            columns = {row["name"] for row in db.execute("PRAGMA table_info(jobs)").fetchall()}
+            if "model_path" not in columns:  # a database of an earlier version: parse jobs added the column
+                db.execute("ALTER TABLE jobs ADD COLUMN model_path TEXT")
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -192,7 +206,8 @@ class JobStore:
 
     # -- the API's side -------------------------------------------------------------------------
     def create(self, job_id: str, config: Mapping[str, Any], train_path: str | Path, dev_path: str | Path | None,
-               idempotency_key: str | None = None, request_hash: str | None = None) -> tuple[Job, bool]:
+               idempotency_key: str | None = None, request_hash: str | None = None, model_path: str | None = None
+               ) -> tuple[Job, bool]:
         """Queue a job; return it and whether it was created. A request repeating an earlier one's
         ``idempotency_key`` with the same ``request_hash`` returns the earlier job (created False); with
         a different hash it raises ``IdempotencyConflict``."""
@@ -208,9 +223,9 @@ class JobStore:
                     return earlier, False
             db.execute(
                 "INSERT INTO jobs (id, status, progress, config, train_path, dev_path, idempotency_key, "
-                "request_hash, created, updated) VALUES (?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?)",
+                "request_hash, model_path, created, updated) VALUES (?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (job_id, json.dumps(dict(config)), str(train_path), None if dev_path is None else str(dev_path),
-                 idempotency_key, request_hash, now, now))
+                 idempotency_key, request_hash, model_path, now, now))
             job = self._get(db, job_id)
         assert job is not None
         return job, True

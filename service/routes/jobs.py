@@ -1,4 +1,5 @@
-"""Training jobs: ``POST /jobs`` (multipart upload), ``GET /jobs``, ``GET /jobs/{id}``, ``DELETE /jobs/{id}``.
+"""Jobs: ``POST /jobs`` (multipart upload: a training job, or a batch parse job), ``GET /jobs``, ``GET /jobs/{id}``,
+``DELETE /jobs/{id}``, and ``GET /jobs/{id}/result`` (a parse job's CoNLL-U, streamed).
 
 Uploads are validated before a job exists (422 naming the file and line of bad CoNLL-U); the job then
 waits in the SQLite store for a worker process (``service.jobs.scheduler``). With ``API_KEY`` set every
@@ -10,27 +11,34 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
 import shutil
 import uuid
+from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 from fastapi import APIRouter, Depends, File, Form, Header, Security, UploadFile
 from fastapi import Path as PathParam
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from engine.data.conllu_io import ConlluError, read_conllu
+from engine.data.conllu_io import ConlluError, check_parsable, iter_conllu, read_conllu
 from service.jobs.config import JobConfig
+from service.jobs.layout import INPUT_FILE
+from service.jobs.parse_job import MAX_TEXT_BYTES, ParseJobConfig
 from service.jobs.store import IdempotencyConflict, JobFinished, JobStore
 from service.problems import ProblemError, _field
+from service.registry import UnknownModel
 from service.schemas import JobAccepted, JobOut, JobsResponse, Problem, beyond_schema
 from service.state import ServiceState, State
 
 JOB_ID = r"^[0-9a-f]{32}$"
+CHECKED_SENTENCES = 1000  # a parse job's CoNLL-U sentences read before it is queued
 
 
 BEARER = HTTPBearer(auto_error=False, description="the service's API_KEY (`Authorization: Bearer <key>`)")
@@ -96,7 +104,7 @@ def _validate_treebank(path: Path, field: str) -> int:
     return len(sents)
 
 
-def _parse_config(raw: str | None, state: ServiceState) -> JobConfig:
+def _config_json(raw: str | None) -> dict[str, Any]:
     try:
         data = json.loads(raw) if raw else {}
     except json.JSONDecodeError as e:
@@ -105,12 +113,21 @@ def _parse_config(raw: str | None, state: ServiceState) -> JobConfig:
     if not isinstance(data, dict):
         raise ProblemError(422, "Invalid job config", "config must be a JSON object", kind="invalid-config",
                            field="config", rule="job-config")
+    return data
+
+
+def _validated(model: type[BaseModel], data: dict[str, Any]) -> Any:
+    """``model`` validated from a job's config; 422 naming each bad field (``config.<field>``)."""
     try:
-        config = JobConfig.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as e:
         errors = [{"field": "config." + _field(("body", *err["loc"])), "message": err["msg"]} for err in e.errors()]
         raise ProblemError(422, "Invalid job config", "; ".join(f"{x['field']}: {x['message']}" for x in errors),
                            kind="invalid-config", field=errors[0]["field"], errors=errors, rule="job-config") from e
+
+
+def _parse_config(data: dict[str, Any], state: ServiceState) -> JobConfig:
+    config: JobConfig = _validated(JobConfig, data)
     if config.name in state.registry.shipped_names():
         raise ProblemError(422, "Invalid job config", f"{config.name!r} is a shipped model; choose another name",
                            kind="invalid-config", field="config.name", rule="job-config")
@@ -131,21 +148,36 @@ JOB_EXAMPLE = {"requestBody": {"content": {"multipart/form-data": {"example": {
 
 
 @router.post("/jobs", status_code=202, response_model=JobAccepted, openapi_extra={**beyond_schema(
-        "job-config", "treebank", "idempotency-key"), **JOB_EXAMPLE}, responses={
+        "job-config", "treebank", "idempotency-key", "parse-job"), **JOB_EXAMPLE}, responses={
     400: {"model": Problem, "description": "a body that is not multipart/form-data"},
     413: {"model": Problem, "description": "upload too large"},
-    422: {"model": Problem, "description": "bad CoNLL-U (with line) or bad config (with field)"}})
+    422: {"model": Problem, "description": "bad CoNLL-U (with line), bad config (with field), a missing file"}})
 async def create_job(
     state: State,
-    train: Annotated[UploadFile, File(description="training treebank, CoNLL-U")],
+    train: Annotated[UploadFile | None, File(description="training treebank, CoNLL-U (training jobs)")] = None,
     dev: Annotated[UploadFile | None, File(description="development treebank for choosing the epoch")] = None,
-    config: Annotated[str | None, Form(description="JSON object: name, order, tree, root, epochs, ...")] = None,
+    input: Annotated[UploadFile | None, File(description="the file to parse (parse jobs): CoNLL-U or raw text, "
+                                             "as config.input_format says")] = None,
+    config: Annotated[str | None, Form(description="JSON object. Training (the default kind): name, order, "
+                                       "tree, root, epochs, ...; batch parsing: {\"kind\": \"parse\", "
+                                       "\"model\": ..., \"input_format\": \"conllu\"|\"text\", ...}")] = None,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
 ) -> JSONResponse:
-    """Queue a training job; 202 with its id and a ``Location`` header. The same ``Idempotency-Key`` with the
-    same files and config returns the same job."""
+    """Queue a training job, or a batch parse job (``config.kind = "parse"`` with an ``input`` file); 202 with
+    its id and a ``Location`` header. The same ``Idempotency-Key`` with the same files and config returns the
+    same job."""
     store = _store(state)
-    job_config = _parse_config(config, state)
+    data = _config_json(config)
+    kind = data.pop("kind", "train")
+    if kind == "parse":
+        return await _create_parse_job(state, store, {"kind": kind, **data}, input, idempotency_key)
+    if kind != "train":
+        raise ProblemError(422, "Invalid job config", f"config.kind must be 'train' or 'parse', got {kind!r}",
+                           kind="invalid-config", field="config.kind", rule="job-config")
+    job_config = _parse_config(data, state)
+    if train is None or not train.filename:
+        raise ProblemError(422, "Missing file", "a training job needs a train file (CoNLL-U)", kind="missing-file",
+                           field="train", rule="treebank")
     job_id = uuid.uuid4().hex
     staging = state.settings.uploads_dir / job_id
     staging.mkdir(parents=True, exist_ok=True)
@@ -161,20 +193,91 @@ async def create_job(
             await run_in_threadpool(_validate_treebank, dev_path, "dev")
         settings = job_config.model_dump(mode="json")
         request_hash = hashlib.sha256(json.dumps([settings, train_sha, dev_sha], sort_keys=True).encode()).hexdigest()
-        try:
-            job, created = await run_in_threadpool(store.create, job_id, settings, train_path, dev_path,
-                                                   idempotency_key, request_hash)
-        except IdempotencyConflict as e:
-            raise ProblemError(422, "Idempotency key reused", str(e) or "this Idempotency-Key was used for a "
-                               "different request", kind="idempotency-conflict", field="Idempotency-Key",
-                               rule="idempotency-key") from e
-        keep = created
-        if created and state.scheduler is not None:
-            state.scheduler.wake()
+        job, keep = await _queue(state, store, job_id, settings, train_path, dev_path, idempotency_key, request_hash)
         return _accepted(job)
     finally:
         if not keep:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+async def _queue(state: ServiceState, store: JobStore, job_id: str, settings: dict[str, Any], path: Path,
+                 dev_path: Path | None, idempotency_key: str | None, request_hash: str,
+                 model_path: str | None = None) -> tuple[Any, bool]:
+    """Create the job (or find the earlier one of this idempotency key) and wake the scheduler."""
+    try:
+        job, created = await run_in_threadpool(store.create, job_id, settings, path, dev_path, idempotency_key,
+                                               request_hash, model_path)
+    except IdempotencyConflict as e:
+        raise ProblemError(422, "Idempotency key reused", str(e) or "this Idempotency-Key was used for a "
+                           "different request", kind="idempotency-conflict", field="Idempotency-Key",
+                           rule="idempotency-key") from e
+    if created and state.scheduler is not None:
+        state.scheduler.wake()
+    return job, created
+
+
+async def _create_parse_job(state: ServiceState, store: JobStore, data: dict[str, Any], upload: UploadFile | None,
+                            idempotency_key: str | None) -> JSONResponse:
+    """A batch parse job (``service.jobs.parse_job``): the model is resolved now (``name@version``, so that a
+    newer version published meanwhile does not change the job), the input streamed to disk and checked."""
+    config: ParseJobConfig = _validated(ParseJobConfig, data)
+    if upload is None or not upload.filename:
+        raise ProblemError(422, "Missing file", "a parse job needs an input file", kind="missing-file",
+                           field="input", rule="parse-job")
+    try:
+        entry = state.registry.get(config.model)
+    except UnknownModel as e:
+        raise ProblemError(422, "Unknown model", str(e), kind="unknown-model", field="config.model",
+                           rule="parse-job") from e
+    if config.input_format == "text" and not entry.has_tokenizer:
+        raise ProblemError(422, "Invalid job config", f"model {entry.name!r} has no tokenizer: give CoNLL-U input",
+                           kind="invalid-config", field="config.input_format", rule="parse-job")
+    if config.tag_samples is not None and config.tag_samples > state.settings.max_tag_samples:
+        raise ProblemError(422, "Invalid job config", f"config.tag_samples: at most {state.settings.max_tag_samples}",
+                           kind="invalid-config", field="config.tag_samples", rule="parse-job")
+    config = config.model_copy(update={"model": f"{entry.name}@{entry.version}"})
+    job_id = uuid.uuid4().hex
+    staging = state.settings.uploads_dir / job_id
+    staging.mkdir(parents=True, exist_ok=True)
+    keep = False
+    try:
+        path = staging / INPUT_FILE
+        sha = await _save(upload, path)
+        await run_in_threadpool(_check_parse_input, path, config)
+        settings = config.model_dump(mode="json")
+        request_hash = hashlib.sha256(json.dumps([settings, sha], sort_keys=True).encode()).hexdigest()
+        job, keep = await _queue(state, store, job_id, settings, path, None, idempotency_key, request_hash,
+                                 str(entry.path))
+        return _accepted(job)
+    finally:
+        if not keep:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _check_parse_input(path: Path, config: ParseJobConfig) -> None:
+    """What can be checked at once: text is UTF-8 and within ``MAX_TEXT_BYTES``; CoNLL-U's first
+    ``CHECKED_SENTENCES`` sentences read (a problem further on fails the job, naming its line)."""
+    if config.input_format == "text":
+        if path.stat().st_size > MAX_TEXT_BYTES:
+            raise ProblemError(413, "Input too large", f"raw text input is tokenised whole: at most {MAX_TEXT_BYTES} "
+                               "bytes (CoNLL-U input has no such limit)", kind="too-large", field="input")
+        try:
+            with open(path, encoding="utf-8") as f:
+                while f.read(1 << 20):
+                    pass
+        except UnicodeDecodeError as e:
+            raise ProblemError(422, "Invalid input", f"input is not UTF-8 text ({e.reason})", kind="invalid-input",
+                               field="input", rule="parse-job") from e
+        return
+    try:
+        first = list(islice(iter_conllu(path, name="input", strict_heads=False), CHECKED_SENTENCES))
+        check_parsable(first, "input")
+    except ConlluError as e:
+        raise ProblemError(422, "Invalid CoNLL-U", f"input: line {e.line}: {e.problem}", kind="invalid-conllu",
+                           field="input", rule="parse-job", line=e.line) from e
+    if not first:
+        raise ProblemError(422, "Invalid CoNLL-U", "input holds no sentences", kind="invalid-conllu", field="input",
+                           rule="parse-job")
 
 
 @router.get("/jobs", response_model=JobsResponse)
@@ -210,3 +313,33 @@ async def cancel_job(state: State, job_id: Annotated[str, PathParam(pattern=JOB_
         raise ProblemError(409, "Job finished", f"job {job_id} has already finished", kind="job-finished",
                            field="id") from e
     return JSONResponse(job.public(), status_code=202)
+
+
+@router.get("/jobs/{job_id}/result", response_class=StreamingResponse, responses={
+    200: {"content": {"text/plain": {}}, "description": "the parsed CoNLL-U, streamed"},
+    404: {"model": Problem}, 409: {"model": Problem, "description": "not a parse job, or it has not succeeded"},
+    410: {"model": Problem, "description": "the result was deleted after the retention period"}})
+async def job_result(state: State, job_id: Annotated[str, PathParam(pattern=JOB_ID)]) -> StreamingResponse:
+    """The CoNLL-U a batch parse job wrote, streamed (kept for ``PARSER_RESULT_RETENTION_SECONDS`` after the
+    job ended)."""
+    job = await run_in_threadpool(_job_or_404, _store(state), job_id)
+    if job.kind != "parse":
+        raise ProblemError(409, "No result", f"job {job_id} is a training job: its model is listed in /models",
+                           kind="not-a-parse-job", field="id")
+    if job.status != "succeeded":
+        raise ProblemError(409, "No result", f"job {job_id} is {job.status}: a result exists once it has succeeded",
+                           kind="job-not-succeeded", field="id")
+    try:  # open before answering: a retention sweep deleting it now cannot cut the download short
+        handle = await run_in_threadpool(open, state.settings.layout.result_file(job_id), "rb")
+    except FileNotFoundError as e:
+        raise ProblemError(410, "Result deleted", f"the result of job {job_id} was deleted after the retention "
+                           "period", kind="result-expired", field="id") from e
+    size = os.fstat(handle.fileno()).st_size
+    return StreamingResponse(_read_chunks(handle), media_type="text/plain; charset=utf-8", headers={
+        "Content-Length": str(size), "Content-Disposition": f'attachment; filename="{job_id}.conllu"'})
+
+
+def _read_chunks(handle: BinaryIO) -> Iterator[bytes]:
+    with handle:
+        while chunk := handle.read(1 << 20):
+            yield chunk

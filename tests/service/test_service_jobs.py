@@ -77,8 +77,9 @@ def test_create_is_idempotent_per_key(store: JobStore) -> None:
     assert [j.id for j in store.list(10)] == ["e", "d", "a"] and [j.id for j in store.list(1)] == ["e"]
     assert request_hash({"a": 1}, "x", None) == request_hash({"a": 1}, "x", None) != request_hash({"a": 2}, "x", None)
     public = job.public()
-    assert set(public) == {"id", "status", "progress", "stage", "metrics", "model", "error", "config", "created",
-                           "updated"}
+    assert set(public) == {"id", "kind", "status", "progress", "stage", "metrics", "model", "error", "config",
+                           "created", "updated", "result"}
+    assert public["kind"] == "train" and public["result"] is None
     assert public["created"].endswith("Z") and json.loads(json.dumps(public)) == public
 
 
