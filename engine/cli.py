@@ -351,14 +351,56 @@ def run_parse(args: argparse.Namespace, out: TextIO, on_chunk: Callable[[int, in
     conformal = _conformal(args)
     _resolve_tag_samples(args, single_tagging=args.kbest is not None or args.samples is not None)
     done = {"sentences": 0, "words": 0}
-    for sentences, source in _input_chunks(args, chunk_size):
-        check_parsable(sentences, source)
-        out.write("".join(_parse_chunk(args, pipeline, parse, conformal, sentences, first=done["sentences"])))
-        done["sentences"] += len(sentences)
-        done["words"] += sum(s.n for s in sentences)
-        if on_chunk is not None:
-            on_chunk(done["sentences"], done["words"])
+
+    def numbered() -> Iterator[tuple[list[Any], int]]:  # each chunk checked here, with its place in the input
+        first = 0
+        for sentences, source in _input_chunks(args, chunk_size):
+            check_parsable(sentences, source)
+            yield sentences, first
+            first += len(sentences)
+
+    if getattr(args, "cluster", None):
+        from engine.training.cluster import check_spec, connect, ordered_map
+
+        try:
+            check_spec(args.cluster)
+        except ValueError as e:
+            raise UsageError(f"--cluster: {e}") from e
+        settings = json.dumps({k: v for k, v in vars(args).items() if k not in ("pipeline", "func")})
+        with connect(args.cluster) as client:
+            window = 2 * max(1, len(client.scheduler_info()["workers"]))
+            parsed = ordered_map(client, _remote_chunk, ((c, (settings, c[0], c[1])) for c in numbered()), window)
+            for (sentences, _), text in parsed:
+                _write_chunk(out, text, sentences, done, on_chunk)
+        return done
+    for sentences, first in numbered():
+        text = "".join(_parse_chunk(args, pipeline, parse, conformal, sentences, first))
+        _write_chunk(out, text, sentences, done, on_chunk)
     return done
+
+
+def _write_chunk(out: TextIO, text: str, sentences: list[Any], done: dict[str, int],
+                 on_chunk: Callable[[int, int], None] | None) -> None:
+    out.write(text)
+    done["sentences"] += len(sentences)
+    done["words"] += sum(s.n for s in sentences)
+    if on_chunk is not None:
+        on_chunk(done["sentences"], done["words"])
+
+
+_WORKER_MODELS: dict[str, tuple[Any, ...]] = {}
+"""On a Dask worker: the loaded model and settings of each ``parse --cluster`` command it served."""
+
+
+def _remote_chunk(settings: str, sentences: list[Any], first: int) -> str:
+    """``_parse_chunk`` on a Dask worker, which loads the model once per command (``settings``: the command's
+    arguments as JSON) and keeps it for the command's next chunks."""
+    if settings not in _WORKER_MODELS:
+        args = argparse.Namespace(**{**json.loads(settings), "cluster": None})
+        pipeline, parse = _load_parser(args)
+        _WORKER_MODELS[settings] = (args, pipeline, parse, _conformal(args))
+    args, pipeline, parse, conformal = _WORKER_MODELS[settings]
+    return "".join(_parse_chunk(args, pipeline, parse, conformal, sentences, first))
 
 
 def _parse_chunk(args: argparse.Namespace, pipeline: Pipeline, parse: Any, conformal: dict[str, Any] | None,

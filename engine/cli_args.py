@@ -156,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "that its heads are all right) and expected_errors as comments")
     p.add_argument("--head-sets", type=float, metavar="ALPHA", help="conformal head and label sets at level ALPHA "
                    "in MISC: HeadSet=3,5 DeprelSet=nsubj,obj (thresholds fitted by `calibrate`)")
+    p.add_argument("--cluster", metavar="SPEC", help="parse the chunks on a Dask cluster: local:N (a LocalCluster of "
+                   "N worker processes) or tcp://HOST:8786; the output is the same, in input order (needs the "
+                   "cluster extra)")
     p = sub.add_parser("calibrate", help="fit the calibration of head probabilities and the thresholds of head "
                        "sets on a development treebank (parsed as `evaluate` parses it: re-tagged when the model has "
                        "a tagger) and store them in the model's manifest (inference.head_power, .conformal); an "

@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     data_dir: Path = Field(Path("data"), description="job store (SQLite), uploads, and models trained by jobs")
     workers: int = Field(1, ge=0, le=64, description="training worker processes in this process's pool "
                          "(0: jobs wait for an external `python -m service.worker`)")
+    dask_scheduler: str | None = Field(None, pattern=r"^tcp://[^\s:/]+:[0-9]+$", description="tcp://HOST:8786: "
+                                       "parse jobs send their chunks to this Dask cluster's workers (which must "
+                                       "see the models at the same paths); unset: the job's own process parses")
     default_model: str = Field("en_ewt", pattern=MODEL_NAME.pattern)
     api_key: str | None = Field(None, validation_alias=AliasChoices("API_KEY", "PARSER_API_KEY"))
     allow_open_jobs: bool = Field(False, description="without API_KEY, serve the /jobs routes to anyone "

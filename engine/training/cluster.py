@@ -27,7 +27,8 @@ it); failure handling is a later piece of issue 27.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -68,6 +69,23 @@ def connect(spec: str) -> Iterator[Any]:
     else:
         with Client(spec, timeout=TIMEOUT) as client:
             yield client
+
+
+def ordered_map(client: Any, fn: Any, items: Iterable[tuple[Any, tuple[Any, ...]]], window: int
+                ) -> Iterator[tuple[Any, Any]]:
+    """``(tag, fn(*arguments))`` for each ``(tag, arguments)`` of ``items``, computed on the cluster's workers
+    with at most ``window`` tasks in flight, yielded in input order (``items`` is read lazily, so a large input
+    is never all in memory). A task whose worker dies is rerun elsewhere by the scheduler (Dask reschedules the
+    tasks of a lost worker); an exception in ``fn`` is raised here."""
+    pending: deque[tuple[Any, Any]] = deque()
+    for tag, arguments in items:
+        pending.append((tag, client.submit(fn, *arguments, pure=False)))
+        if len(pending) >= window:
+            first, future = pending.popleft()
+            yield first, future.result()
+    while pending:
+        first, future = pending.popleft()
+        yield first, future.result()
 
 
 class Piece:

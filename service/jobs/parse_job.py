@@ -9,6 +9,8 @@ CLI's for the same model and options, byte for byte. Progress is the fraction of
 request stops the job at the next chunk. On success the temporary file is renamed to
 ``<data_dir>/results/<job_id>.conllu`` in one step (a failed, cancelled or killed job leaves none), and
 ``GET /jobs/{id}/result`` streams it until the retention period (``PARSER_RESULT_RETENTION_SECONDS``) ends.
+With ``PARSER_DASK_SCHEDULER`` set, the job's process sends the chunks to that Dask cluster's workers
+(``parse --cluster``) and writes their output in input order: the same bytes.
 """
 
 from __future__ import annotations
@@ -48,10 +50,12 @@ class ParseJobConfig(BaseModel):
     sentence_confidence: bool = Field(False, description="write each sentence's p_tree and expected_errors as "
                                       "comments")
 
-    def arguments(self, model_path: str, input_path: str) -> list[str]:
+    def arguments(self, model_path: str, input_path: str, cluster: str | None = None) -> list[str]:
         """The ``python -m engine parse`` command line that does this job (its output is the job's result)."""
         argv = ["parse", "--model", model_path, "--input", input_path, "--input-format", self.input_format,
                 "--blank-line", self.blank_line]
+        if cluster:
+            argv += ["--cluster", cluster]
         if self.retag:
             argv.append("--retag")
         if self.tag_samples is not None:
@@ -74,14 +78,14 @@ def count_sentences(path: str | Path) -> int:
 
 
 def run_parse_job(config: ParseJobConfig, model_path: str, input_path: str, result: Path,
-                  check: Check) -> dict[str, Any]:
+                  check: Check, cluster: str | None = None) -> dict[str, Any]:
     """Parse ``input_path`` with the model at ``model_path`` into ``result`` (written atomically), reporting
-    progress through ``check``; returns the job's metrics."""
+    progress through ``check``, on the Dask scheduler ``cluster`` if given; returns the job's metrics."""
     from engine.cli import UsageError, run_parse
     from engine.cli_args import build_parser
     from engine.data.conllu_io import atomic_text
 
-    args = build_parser().parse_args(config.arguments(model_path, input_path))
+    args = build_parser().parse_args(config.arguments(model_path, input_path, cluster))
     total = count_sentences(input_path) if config.input_format == "conllu" else 0
     start = time.perf_counter()
     check(0.0, "parsing")
@@ -91,6 +95,8 @@ def run_parse_job(config: ParseJobConfig, model_path: str, input_path: str, resu
         check(min(fraction, 1.0) * 0.99, f"parsing: {sentences} sentences")
 
     result.parent.mkdir(parents=True, exist_ok=True)
+    if cluster:
+        check(0.0, f"parsing on {cluster}")
     try:
         with atomic_text(result) as out:
             done = run_parse(args, out, on_chunk=on_chunk)

@@ -200,7 +200,11 @@ def _parse(store: JobStore, job: Job, data_dir: Path, owner: str, parent: int) -
     if job.model_path is None:
         raise RuntimeError("the parse job has no model")
     result = DataLayout.at(data_dir).result_file(job.id)
-    metrics = run_parse_job(config, job.model_path, job.train_path, result, _checker(store, job, owner, parent))
+    from service.settings import Settings
+
+    cluster = Settings().dask_scheduler  # PARSER_DASK_SCHEDULER, inherited from the service's environment
+    metrics = run_parse_job(config, job.model_path, job.train_path, result, _checker(store, job, owner, parent),
+                            cluster)
     current = store.get(job.id)
     name, _, version = (config.model or "").partition("@")  # resolved to name@version when the job was queued
     model = {"name": name, "version": int(version)} if version.isdigit() else None

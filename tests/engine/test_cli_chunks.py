@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import build_parser, run_parse
+from engine.cli import UsageError, build_parser, run_parse
 from engine.data.conllu_io import ConlluError
 
 
@@ -47,3 +47,21 @@ def test_an_error_in_a_later_chunk_names_its_line(trained: tuple[Path, Path, dic
     with pytest.raises(ConlluError) as error:
         _parse(model, bad, 5)
     assert error.value.line == lines + 1
+
+
+@pytest.mark.slow
+def test_chunks_parsed_on_a_local_cluster_give_the_same_output(trained: tuple[Path, Path, dict]) -> None:
+    """``parse --cluster local:2``: chunks go to two Dask worker processes (each loads the model once) and come
+    back in input order; the output is the one-process output byte for byte."""
+    pytest.importorskip("distributed")
+    model, dev, _ = trained
+    alone, _ = _parse(model, dev, 7)
+    clustered, calls = _parse(model, dev, 7, "--cluster", "local:2")
+    assert clustered == alone
+    assert [s for s, _ in calls] == [*range(7, 60, 7), 60]
+
+
+def test_a_bad_cluster_spec_is_a_usage_error(trained: tuple[Path, Path, dict]) -> None:
+    model, dev, _ = trained
+    with pytest.raises(UsageError, match="local:N"):
+        _parse(model, dev, 7, "--cluster", "local:0")

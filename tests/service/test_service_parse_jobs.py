@@ -111,6 +111,35 @@ def test_a_parse_job_writes_what_the_cli_writes(server: tuple[ServerProcess, htt
 
 
 @pytest.mark.slow
+def test_a_parse_job_on_a_dask_cluster_writes_what_the_cli_writes(ewt_dir: Path, tmp_path: Path) -> None:
+    """``PARSER_DASK_SCHEDULER`` set: the job's chunks are parsed by a 2-process LocalCluster's workers, and the
+    result is still the CLI's output byte for byte."""
+    distributed = pytest.importorskip("distributed")
+    text = untagged(ewt_dir / "en_ewt-ud-dev.conllu", 1100)  # three chunks
+    source = tmp_path / "input.conllu"
+    source.write_text(text, encoding="utf-8")
+    expected = tmp_path / "cli.conllu"
+    assert engine_main(["parse", "--model", str(MODELS / "en_ewt"), "--input", str(source), "--output",
+                        str(expected)]) == 0
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as dask:
+        proc = ServerProcess(tmp_path / "data", workers=1,
+                             env={"API_KEY": KEY, "PARSER_DASK_SCHEDULER": dask.scheduler_address})
+        try:
+            proc.wait_ready()
+            with httpx.Client(base_url=proc.url, timeout=60) as client:
+                job_id = submit(client, text, {}).json()["id"]
+                job = wait_for(lambda: (j := client.get(f"/jobs/{job_id}", headers=AUTH).json())["status"] in
+                               ("succeeded", "failed", "cancelled") and j, 240, "the parse job")
+                assert job["status"] == "succeeded", job
+                assert client.get(f"/jobs/{job_id}/result", headers=AUTH).content == expected.read_bytes()
+        finally:
+            proc.stop()
+        with distributed.Client(dask) as observer:  # the chunks did run on the cluster's workers
+            prefixes = observer.run_on_scheduler(lambda dask_scheduler: dict(dask_scheduler.task_prefixes))
+            assert "remote_chunk" in prefixes  # Dask strips the leading underscore
+
+
+@pytest.mark.slow
 def test_cancelling_a_parse_job_leaves_no_result(server: tuple[ServerProcess, httpx.Client], ewt_dir: Path) -> None:
     proc, client = server
     text = untagged(ewt_dir / "en_ewt-ud-train.conllu", 6000)
