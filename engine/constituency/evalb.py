@@ -41,11 +41,11 @@ class EvalbError(ValueError):
     """Gold and test trees that cannot be compared (different numbers of trees or of words, other words)."""
 
 
-def _without_traces(node: Tree) -> Tree | None:
+def without_traces(node: Tree) -> Tree | None:
     """``node`` without ``-NONE-`` preterminals and the constituents they leave empty (no other change)."""
     if len(node) == 1 and not isinstance(node[0], Tree):
         return None if node.label() == NONE else node
-    children = [c for c in (_without_traces(child) for child in node) if c is not None]
+    children = [c for c in (without_traces(child) for child in node) if c is not None]
     return Tree(node.label(), children) if children else None
 
 
@@ -95,7 +95,7 @@ class SentenceScore:
 
 def score_sentence(gold: Tree, test: Tree, where: str = "") -> SentenceScore:
     """EVALB's counts for one pair of trees (module docstring); ``where`` prefixes error messages."""
-    gold_clean, test_clean = _without_traces(gold), _without_traces(test)
+    gold_clean, test_clean = without_traces(gold), without_traces(test)
     gold_pos = gold_clean.pos() if gold_clean is not None else []
     test_pos = test_clean.pos() if test_clean is not None else []
     if len(gold_pos) != len(test_pos):
