@@ -3,8 +3,8 @@
 A file is a sequence of top-level bracketed trees; each is parsed by ``nltk.Tree.fromstring``, the well-kept
 reader of this format. We split the file into its top-level brackets ourselves (a few lines of counting) so that
 every problem is reported with the line it is on: ``TreebankError`` prints ``FILE:LINE: problem``, like the
-CoNLL-U reader (unbalanced brackets, text outside brackets, an empty tree, a word outside a tag, a tag over
-several words, a tree with no words once traces are gone).
+CoNLL-U reader (unbalanced brackets and text outside brackets at their own line; an empty tree, a word outside a
+tag, a tag over several words, a tree with no words once traces are gone at the line where the tree starts).
 
 Cleaning follows what EVALB and the paper's pipeline (Epic's ``StandardTreeProcessor``) expect:
 
@@ -46,18 +46,21 @@ class TreebankError(ValueError):
 
 def _brackets(text: str, path: str) -> Iterator[tuple[int, int, int]]:
     """``(line, start, end)`` of each top-level bracket of ``text`` (``text[start:end]`` is the tree)."""
-    depth, start, start_line, line = 0, 0, 1, 1
-    outside = re.compile(r"\S+")
-    last_end = 0
+
+    def no_stray(start: int, end: int) -> None:
+        stray = re.search(r"\S+", text[start:end])
+        if stray:
+            at = start + stray.start()
+            raise TreebankError(path, text.count("\n", 0, at) + 1, f"text outside brackets: {stray.group()!r}")
+
+    depth, start, start_line, line, last_end = 0, 0, 1, 1, 0
     for m in re.finditer(r"[()\n]", text):
         ch = m.group()
         if ch == "\n":
             line += 1
         elif ch == "(":
             if depth == 0:
-                stray = outside.search(text, last_end, m.start())
-                if stray:
-                    raise TreebankError(path, line, f"text outside brackets: {stray.group()!r}")
+                no_stray(last_end, m.start())
                 start, start_line = m.start(), line
             depth += 1
         else:
@@ -69,9 +72,7 @@ def _brackets(text: str, path: str) -> Iterator[tuple[int, int, int]]:
                 yield start_line, start, m.end()
     if depth:
         raise TreebankError(path, start_line, f"unbalanced '(': this tree is never closed ({depth} open at the end)")
-    stray = outside.search(text, last_end)
-    if stray:
-        raise TreebankError(path, line, f"text outside brackets: {stray.group()!r}")
+    no_stray(last_end, len(text))
 
 
 def _check(tree: Tree, path: str, line: int) -> None:
