@@ -120,3 +120,13 @@ def test_gold_against_itself_on_a_sample_file(ptb_dir: Path) -> None:
     flat = [Tree("TOP", [Tree("FLAT", [Tree(tag, [w]) for w, tag in g.pos()])]) for g in gold]
     r = evalb(gold, flat).all  # a label no gold tree has: nothing matches, every tag right
     assert (r.test, r.matched, r.precision, r.recall, r.tag_accuracy) == (len(gold), 0, 0.0, 0.0, 100.0)
+
+
+def test_precision_and_recall_swap_with_the_trees() -> None:
+    """With the same tags on both sides, scoring B against A swaps A-against-B's precision and recall."""
+    a = t("(TOP (S (NP (DT the) (NN dog)) (VP (VB ran) (ADVP (RB away))) (. .)))")
+    b = t("(TOP (S (NP (DT the) (NN dog) (VB ran)) (ADVP (RB away)) (. .)))")
+    ab, ba = evalb([a], [b]).short, evalb([b], [a]).short
+    assert (ab.precision, ab.recall) == (ba.recall, ba.precision)
+    # a: S(0,4) NP(0,2) VP(2,4) ADVP(3,4); b: S(0,4) NP(0,3) ADVP(3,4); matched S and ADVP
+    assert (ab.matched, ab.gold, ab.test) == (2, 4, 3) and (ba.matched, ba.gold, ba.test) == (2, 3, 4)
