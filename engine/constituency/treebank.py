@@ -3,8 +3,9 @@
 A file is a sequence of top-level bracketed trees; each is parsed by ``nltk.Tree.fromstring``, the well-kept
 reader of this format. We split the file into its top-level brackets ourselves (a few lines of counting) so that
 every problem is reported with the line it is on: ``TreebankError`` prints ``FILE:LINE: problem``, like the
-CoNLL-U reader (unbalanced brackets and text outside brackets at their own line; an empty tree, a word outside a
-tag, a tag over several words, a tree with no words once traces are gone at the line where the tree starts).
+CoNLL-U reader, at the line of the problem: unbalanced brackets, text outside brackets, an empty tree, a
+constituent without a label or without children, a tag over several words or over a word and constituents, a
+word directly under the root; a tree with no words once traces are gone is reported at its first line.
 
 Cleaning follows what EVALB and the paper's pipeline (Epic's ``StandardTreeProcessor``) expect:
 
@@ -23,6 +24,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from nltk import Tree  # type: ignore[import-untyped]
 
@@ -75,26 +77,39 @@ def _brackets(text: str, path: str) -> Iterator[tuple[int, int, int]]:
     no_stray(last_end, len(text))
 
 
-def _check(tree: Tree, path: str, line: int) -> None:
-    """Every word is the only child of a labelled tag, every labelled node has children."""
-    if len(tree) == 0:
-        raise TreebankError(path, line, "empty tree")
-    for node in tree.subtrees():
-        if node is not tree and not node.label():
-            raise TreebankError(path, line, f"a constituent without a label: {_short(node)}")
-        words = [child for child in node if not isinstance(child, Tree)]
-        if words and len(node) > 1:
-            raise TreebankError(path, line, f"{node.label()!r} mixes words and constituents or has several words:"
-                                            f" {_short(node)} (a word must be the only child of its tag)")
-        if len(node) == 0:
-            raise TreebankError(path, line, f"{node.label()!r} has no children")
-    if not isinstance(tree[0], Tree):
-        raise TreebankError(path, line, f"a word outside any constituent: {_short(tree)}")
-
-
-def _short(node: Tree) -> str:
-    text = " ".join(str(node).split())
-    return text if len(text) <= 60 else text[:57] + "..."
+def _check(chunk: str, path: str, first_line: int) -> None:
+    """Raise at the exact line unless every word is the only child of a labelled tag under a labelled
+    constituent (only the root may be unlabelled) and every constituent has children."""
+    stack: list[list[Any]] = []  # [label, line, constituents, words] per open bracket
+    line, expect_label = first_line, False
+    for m in re.finditer(r"\n|[()]|[^\s()]+", chunk):
+        tok = m.group()
+        if tok == "\n":
+            line += 1
+        elif tok == "(":
+            if stack and stack[-1][3]:
+                raise TreebankError(path, line, f"{stack[-1][0]!r} mixes a word and constituents")
+            if stack:
+                stack[-1][2] += 1
+            stack.append(["", line, 0, 0])
+            expect_label = True
+        elif tok == ")":
+            label, at, constituents, words = stack.pop()
+            if not constituents and not words:
+                raise TreebankError(path, at, f"{label!r} has no children" if label or stack else "empty tree")
+            if stack and not label:
+                raise TreebankError(path, at, "a constituent without a label")
+            if not stack and words:
+                raise TreebankError(path, at, f"a word directly under the root {label!r}: a tree needs constituents")
+            expect_label = False
+        elif expect_label:
+            stack[-1][0], expect_label = tok, False
+        else:
+            if stack[-1][2] or stack[-1][3]:
+                problem = "mixes words and constituents" if stack[-1][2] else "has several words"
+                raise TreebankError(path, line, f"{stack[-1][0]!r} {problem} at {tok!r} (a word must be the only"
+                                                " child of its tag)")
+            stack[-1][3] += 1
 
 
 def parse_text(text: str, path: str = "<string>") -> list[tuple[int, Tree]]:
@@ -102,15 +117,13 @@ def parse_text(text: str, path: str = "<string>") -> list[tuple[int, Tree]]:
     out = []
     for line, start, end in _brackets(text, path):
         chunk = text[start:end]
-        if not chunk[1:-1].strip():
-            raise TreebankError(path, line, "empty tree")
+        _check(chunk, path, line)
         try:
             tree = Tree.fromstring(chunk)
         except ValueError as e:
             where = re.search(r"index (\d+)", str(e))
             at = line + chunk[: int(where.group(1))].count("\n") if where else line
             raise TreebankError(path, at, f"unreadable tree: {' '.join(str(e).split())}") from None
-        _check(tree, path, line)
         out.append((line, tree))
     return out
 

@@ -73,11 +73,14 @@ def test_roots() -> None:
     ("(S (NN a))\n(S (NN b))\n\n  stray\n", 4, "text outside brackets: 'stray'"),
     ("(S (NN a))\nstray\n(S (NN b))\n", 2, "text outside brackets: 'stray'"),
     ("(S (NN a))\n( )\n", 2, "empty tree"),
-    ("(S (NN a))\n\n(S (NN a) b)\n", 3, "mixes words and constituents"),
-    ("(S (NN a b))\n", 1, "several words"),
-    ("(S ((NN a)))\n", 1, "without a label"),
-    ("(S (NP ) (NN a))\n", 1, "'NP' has no children"),
-    ("(S\n (NN a)\n (VP (VB b) c))\n", 1, "mixes words"),
+    ("(S (NN a))\n\n(S (NN a) b)\n", 3, "'S' mixes words and constituents at 'b'"),
+    ("(S (NN a b))\n", 1, "'NN' has several words at 'b'"),
+    ("(S\n (NN a\n  (DT b)))\n", 3, "'NN' mixes a word and constituents"),
+    ("(S\n ((NN a)))\n", 2, "a constituent without a label"),
+    ("(S (NP\n ) (NN a))\n", 1, "'NP' has no children"),
+    ("(S\n (NN a)\n (VP (VB b) c))\n", 3, "'VP' mixes words and constituents at 'c'"),
+    ("\n(NN a)\n", 2, "a word directly under the root 'NN'"),
+    ("( a )\n", 1, "'a' has no children"),
 ])
 def test_errors_name_the_file_and_line(tmp_path: Path, text: str, line: int, problem: str) -> None:
     path = tmp_path / "bad.mrg"
