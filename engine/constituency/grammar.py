@@ -61,12 +61,14 @@ class AnchoredTree:
 
     ``tags[i]`` is the tag label of word ``i``; ``unary[t] = (i, j, u)``: unary rule ``u`` on span ``(i, j)``
     (``2n - 1`` rows, one per span of the tree); ``binary[b] = (i, k, j, r)``: rule ``r`` splitting ``(i, j)`` at
-    ``k`` (``n - 1`` rows).
+    ``k`` (``n - 1`` rows). ``words`` are the sentence's words when known (``binarize.to_anchored`` fills them;
+    ``rules.rule_counts`` reads them for the lexical counts).
     """
 
     tags: IntArray  # (n,)
     unary: IntArray  # (2n - 1, 3)
     binary: IntArray  # (n - 1, 4)
+    words: tuple[str, ...] = ()  # (n,) or empty
 
     @property
     def n(self) -> int:
