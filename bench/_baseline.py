@@ -49,8 +49,9 @@ DEFAULT_WORK = Path(tempfile.gettempdir()) / "bp-baselines"
 # the drivers run single-threaded, so that a budget of CPU seconds is a budget of one core's time
 SINGLE_THREAD = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")}
 METRICS = ("tokens", "sentences", "words", "upos", "xpos", "uas", "las")
-# scored too when the tool predicts LEMMA and FEATS (the scripts' --lemmas-feats)
+# scored too when the tool predicts LEMMA and FEATS (the scripts' --lemmas-feats), or FEATS only
 MORPHOLOGY_METRICS = ("lemmas", "ufeats", "alltags", "clas", "mlas", "blex")
+FEATS_METRICS = ("ufeats", "alltags", "clas", "mlas")
 
 
 def arguments(description: str, default_budget: float = 20.0) -> argparse.ArgumentParser:
@@ -161,15 +162,16 @@ def with_predictions(sent: Sentence, rows: list[list[Any]]) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def score(gold: list[Sentence], system: list[Sentence], morphology: bool = False) -> dict[str, float]:
+def score(gold: list[Sentence], system: list[Sentence], extra: tuple[str, ...] = ()) -> dict[str, float]:
     scores = evaluate_ud(gold, system)
-    return {m: round(scores[m], 2) for m in METRICS + (MORPHOLOGY_METRICS if morphology else ())}
+    return {m: round(scores[m], 2) for m in METRICS + extra}
 
 
 def evaluate(gold: list[Sentence], result: dict[str, Any], work: Path, name: str,
-             morphology: bool = False) -> dict[str, Any]:
-    """Score the driver's two outputs (with Lemmas, UFeats, AllTags, CLAS, MLAS, BLEX when ``morphology``:
-    the tool predicted LEMMA and FEATS); the system CoNLL-U of both conditions is written to ``work``."""
+             extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Score the driver's two outputs, with the ``extra`` metrics too (``MORPHOLOGY_METRICS`` when the tool
+    predicted LEMMA and FEATS, ``FEATS_METRICS`` for FEATS only); the system CoNLL-U of both conditions is
+    written to ``work``."""
     words = sum(s.n for s in gold)
     gold_text = "".join(with_predictions(s, rows) for s, rows in zip(gold, result["gold"]["rows"], strict=True))
     (work / f"{name}_gold_tokenization.conllu").write_text(gold_text)
@@ -179,7 +181,7 @@ def evaluate(gold: list[Sentence], result: dict[str, Any], work: Path, name: str
     for cond, text in (("gold_tokenization", gold_text), ("raw_text", raw_conllu)):
         system = sentences_from_conllu(text)
         timing = result["gold" if cond == "gold_tokenization" else "raw"]
-        scores = score(gold, system, morphology)
+        scores = score(gold, system, extra)
         if cond == "gold_tokenization":
             scores = {m: v for m, v in scores.items() if m not in ("tokens", "sentences", "words")}
         out[cond] = {**scores, "system_sentences": len(system), "gold_words": words,

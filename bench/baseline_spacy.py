@@ -19,9 +19,9 @@ tokenizer and the trained pipeline, whose parser splits sentences. spaCy has no 
 tokens are the words (clitics such as ``n't`` and ``'s`` become tokens of their own). Whitespace tokens
 are dropped from the output (a word attached to one takes its head). Prints one JSON object.
 
-``--lemmas-feats`` adds spaCy's trainable (edit-tree) lemmatizer, ``trainable_lemmatizer``, to the pipeline,
-writes each word's lemma and the morphologizer's FEATS, and reports Lemmas, UFeats, AllTags, CLAS, MLAS and
-BLEX too; the model goes to its own folder (``spacy-lemmas-feats``).
+The morphologizer's FEATS are written and scored (UFeats, AllTags, CLAS, MLAS). ``--lemmas-feats`` adds
+spaCy's trainable (edit-tree) lemmatizer, ``trainable_lemmatizer``, to the pipeline, writes each word's lemma,
+and reports Lemmas and BLEX too; the model goes to its own folder (``spacy-lemmas-feats``).
 """
 
 from __future__ import annotations
@@ -126,8 +126,8 @@ docs = [Doc(nlp.vocab, words=w, spaces=sp, sent_starts=[True] + [False] * (len(w
 wall, cpu = time.perf_counter(), time.process_time()
 rows = []
 for doc in nlp.pipe(docs):
-    rows.append([[t.pos_, t.tag_, 0 if t.head.i == t.i else t.head.i + 1, t.dep_]
-                 + ([t.lemma_, str(t.morph)] if job["lemmas_feats"] else []) for t in doc])
+    rows.append([[t.pos_, t.tag_, 0 if t.head.i == t.i else t.head.i + 1, t.dep_,
+                  t.lemma_ if job["lemmas_feats"] else "_", str(t.morph)] for t in doc])
 result["gold"] = {"rows": rows, "seconds": time.perf_counter() - wall, "cpu_seconds": time.process_time() - cpu}
 
 
@@ -145,7 +145,7 @@ def conllu(doc, out):
             head = 0 if h.i == t.i or h.i not in index else index[h.i]
             dep = "root" if head == 0 else t.dep_
             misc = "_" if t.whitespace_ else "SpaceAfter=No"
-            lemma, feats = (t.lemma_ or "_", str(t.morph) or "_") if job["lemmas_feats"] else ("_", "_")
+            lemma, feats = (t.lemma_ or "_") if job["lemmas_feats"] else "_", str(t.morph) or "_"
             out.append(f"{k}\t{t.text}\t{lemma}\t{t.pos_ or '_'}\t{t.tag_ or '_'}\t{feats}\t{head}\t{dep}\t_\t{misc}")
         out.append("")
 
@@ -187,7 +187,8 @@ def main() -> None:
                                                                 "steps", "epochs", "best_checkpoint")}))
         settings.write_text(json.dumps(wanted))
     trained = json.loads(training.read_text())
-    scores = bl.evaluate(gold, result, folder, args.split, args.lemmas_feats)
+    scores = bl.evaluate(gold, result, folder, args.split,
+                         bl.MORPHOLOGY_METRICS if args.lemmas_feats else bl.FEATS_METRICS)
     bl.report({
         "tool": "spaCy", "versions": bl.package_versions(venv_python, [PACKAGE, "thinc"]),
         "split": args.split, "evaluated_on": str(split), "train": str(train), "heldout": str(dev),

@@ -159,7 +159,7 @@ def main() -> None:
         settings.write_text(json.dumps(wanted))
         (folder / "train_seconds.json").write_text(json.dumps(result["stage_seconds"]))
     stage_seconds = json.loads((folder / "train_seconds.json").read_text())
-    scores = bl.evaluate(gold, result, folder, f"{args.split}", args.lemmas_feats)
+    scores = bl.evaluate(gold, result, folder, f"{args.split}", bl.MORPHOLOGY_METRICS if args.lemmas_feats else ())
     bl.report({
         "tool": "UDPipe 1", "versions": bl.package_versions(venv_python, [PACKAGE]),
         "split": args.split, "evaluated_on": str(split), "train": str(train), "heldout": str(dev),
