@@ -49,6 +49,9 @@ DEFAULT_WORK = Path(tempfile.gettempdir()) / "bp-baselines"
 # the drivers run single-threaded, so that a budget of CPU seconds is a budget of one core's time
 SINGLE_THREAD = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")}
 METRICS = ("tokens", "sentences", "words", "upos", "xpos", "uas", "las")
+# scored too when the tool predicts LEMMA and FEATS (the scripts' --lemmas-feats), or FEATS only
+MORPHOLOGY_METRICS = ("lemmas", "ufeats", "alltags", "clas", "mlas", "blex")
+FEATS_METRICS = ("ufeats", "alltags", "clas", "mlas")
 
 
 def arguments(description: str, default_budget: float = 20.0) -> argparse.ArgumentParser:
@@ -63,6 +66,9 @@ def arguments(description: str, default_budget: float = 20.0) -> argparse.Argume
                     help="virtualenvs, models, predictions and logs go here (default: %(default)s)")
     ap.add_argument("--retrain", action="store_true", help="train even if the work directory has a model")
     ap.add_argument("--python", default=sys.executable, help="interpreter that creates the virtualenv")
+    ap.add_argument("--lemmas-feats", action="store_true",
+                    help="train the tool to predict LEMMA and FEATS too (its own folder under --work) and report "
+                         "Lemmas, UFeats, AllTags, CLAS, MLAS and BLEX as well")
     return ap
 
 
@@ -139,27 +145,33 @@ def gold_job(sentences: list[Sentence]) -> dict[str, Any]:
 
 
 def with_predictions(sent: Sentence, rows: list[list[Any]]) -> str:
-    """The gold sentence as CoNLL-U with the tool's UPOS, XPOS, HEAD, DEPREL in place of the gold ones
-    (LEMMA, FEATS, DEPS blanked; every other line and MISC kept)."""
+    """The gold sentence as CoNLL-U with the tool's UPOS, XPOS, HEAD, DEPREL (and LEMMA, FEATS when a row
+    has six values: ``[upos, xpos, head, deprel, lemma, feats]``) in place of the gold ones (LEMMA and FEATS
+    blanked for four-value rows, DEPS always; every other line and MISC kept)."""
     if len(rows) != sent.n:
         raise ValueError(f"sentence at line {sent.start_line}: {len(rows)} predictions for {sent.n} words")
     lines = list(sent.lines)
-    for li, (upos, xpos, head, deprel) in zip(sent.word_line_index, rows, strict=True):
+    for li, row in zip(sent.word_line_index, rows, strict=True):
+        upos, xpos, head, deprel = row[:4]
+        lemma, feats = (row[4] or "_", row[5] or "_") if len(row) == 6 else ("_", "_")
         cols = lines[li].split("\t")
         head = int(head)
         deprel = "root" if head == 0 else (deprel or "dep")
-        cols[2:9] = ["_", upos or "_", xpos or "_", "_", str(head), deprel, "_"]
+        cols[2:9] = [lemma, upos or "_", xpos or "_", feats, str(head), deprel, "_"]
         lines[li] = "\t".join(cols)
     return "\n".join(lines) + "\n\n"
 
 
-def score(gold: list[Sentence], system: list[Sentence]) -> dict[str, float]:
+def score(gold: list[Sentence], system: list[Sentence], extra: tuple[str, ...] = ()) -> dict[str, float]:
     scores = evaluate_ud(gold, system)
-    return {m: round(scores[m], 2) for m in METRICS}
+    return {m: round(scores[m], 2) for m in METRICS + extra}
 
 
-def evaluate(gold: list[Sentence], result: dict[str, Any], work: Path, name: str) -> dict[str, Any]:
-    """Score the driver's two outputs; the system CoNLL-U of both conditions is written to ``work``."""
+def evaluate(gold: list[Sentence], result: dict[str, Any], work: Path, name: str,
+             extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Score the driver's two outputs, with the ``extra`` metrics too (``MORPHOLOGY_METRICS`` when the tool
+    predicted LEMMA and FEATS, ``FEATS_METRICS`` for FEATS only); the system CoNLL-U of both conditions is
+    written to ``work``."""
     words = sum(s.n for s in gold)
     gold_text = "".join(with_predictions(s, rows) for s, rows in zip(gold, result["gold"]["rows"], strict=True))
     (work / f"{name}_gold_tokenization.conllu").write_text(gold_text)
@@ -169,9 +181,9 @@ def evaluate(gold: list[Sentence], result: dict[str, Any], work: Path, name: str
     for cond, text in (("gold_tokenization", gold_text), ("raw_text", raw_conllu)):
         system = sentences_from_conllu(text)
         timing = result["gold" if cond == "gold_tokenization" else "raw"]
-        scores = score(gold, system)
+        scores = score(gold, system, extra)
         if cond == "gold_tokenization":
-            scores = {m: scores[m] for m in ("upos", "xpos", "uas", "las")}
+            scores = {m: v for m, v in scores.items() if m not in ("tokens", "sentences", "words")}
         out[cond] = {**scores, "system_sentences": len(system), "gold_words": words,
                      "seconds": round(timing["seconds"], 2), "cpu_seconds": round(timing["cpu_seconds"], 2),
                      "words_per_second": round(words / timing["seconds"]),

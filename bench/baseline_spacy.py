@@ -18,6 +18,10 @@ split at its empty lines (paragraphs) and each paragraph goes through spaCy's ru
 tokenizer and the trained pipeline, whose parser splits sentences. spaCy has no multiword tokens: its
 tokens are the words (clitics such as ``n't`` and ``'s`` become tokens of their own). Whitespace tokens
 are dropped from the output (a word attached to one takes its head). Prints one JSON object.
+
+The morphologizer's FEATS are written and scored (UFeats, AllTags, CLAS, MLAS). ``--lemmas-feats`` adds
+spaCy's trainable (edit-tree) lemmatizer, ``trainable_lemmatizer``, to the pipeline, writes each word's lemma,
+and reports Lemmas and BLEX too; the model goes to its own folder (``spacy-lemmas-feats``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ import _baseline as bl  # noqa: E402
 PACKAGE = "spacy"
 VERSION = "3.8.18"
 PIPELINE = "tagger,morphologizer,parser"
+# --lemmas-feats: spaCy's trainable (edit-tree) lemmatizer too; FEATS come from the morphologizer either way
+PIPELINE_LEMMAS_FEATS = "tagger,morphologizer,trainable_lemmatizer,parser"
 
 DRIVER = r'''
 import json, re, shutil, subprocess, sys, time
@@ -88,6 +94,7 @@ if job["train"]:
             s = info["other_scores"]
             print(f"epoch {info['epoch']} step {info['step']} words {info['words']} "
                   f"{time.process_time() - cpu:.0f} cpu s: tag {s.get('tag_acc', 0):.4f} pos {s.get('pos_acc', 0):.4f} "
+                  f"morph {s.get('morph_acc', 0):.4f} lemma {s.get('lemma_acc', 0):.4f} "
                   f"uas {s.get('dep_uas', 0):.4f} las {s.get('dep_las', 0):.4f} sents {s.get('sents_f', 0):.4f} "
                   f"score {info['score']:.4f}{' *' if is_best else ''}", flush=True)
         if is_best:
@@ -119,7 +126,8 @@ docs = [Doc(nlp.vocab, words=w, spaces=sp, sent_starts=[True] + [False] * (len(w
 wall, cpu = time.perf_counter(), time.process_time()
 rows = []
 for doc in nlp.pipe(docs):
-    rows.append([[t.pos_, t.tag_, 0 if t.head.i == t.i else t.head.i + 1, t.dep_] for t in doc])
+    rows.append([[t.pos_, t.tag_, 0 if t.head.i == t.i else t.head.i + 1, t.dep_,
+                  t.lemma_ if job["lemmas_feats"] else "_", str(t.morph)] for t in doc])
 result["gold"] = {"rows": rows, "seconds": time.perf_counter() - wall, "cpu_seconds": time.process_time() - cpu}
 
 
@@ -137,7 +145,8 @@ def conllu(doc, out):
             head = 0 if h.i == t.i or h.i not in index else index[h.i]
             dep = "root" if head == 0 else t.dep_
             misc = "_" if t.whitespace_ else "SpaceAfter=No"
-            out.append(f"{k}\t{t.text}\t_\t{t.pos_ or '_'}\t{t.tag_ or '_'}\t_\t{head}\t{dep}\t_\t{misc}")
+            lemma, feats = (t.lemma_ or "_") if job["lemmas_feats"] else "_", str(t.morph) or "_"
+            out.append(f"{k}\t{t.text}\t{lemma}\t{t.pos_ or '_'}\t{t.tag_ or '_'}\t{feats}\t{head}\t{dep}\t_\t{misc}")
         out.append("")
 
 
@@ -158,18 +167,19 @@ def main() -> None:
     args = ap.parse_args()
     train, dev, split = bl.treebank(args.data, args.split)
     work = args.work.resolve()
-    folder = work / "spacy"
+    folder = work / ("spacy-lemmas-feats" if args.lemmas_feats else "spacy")
     folder.mkdir(parents=True, exist_ok=True)
+    pipeline = PIPELINE_LEMMAS_FEATS if args.lemmas_feats else PIPELINE
     venv_python = bl.ensure_venv(args.python, work / "venv-spacy", [f"{PACKAGE}=={VERSION}"])
     settings = folder / "settings.json"
-    wanted = {"train": str(train), "dev": str(dev), "budget_minutes": args.budget_minutes, "pipeline": PIPELINE}
+    wanted = {"train": str(train), "dev": str(dev), "budget_minutes": args.budget_minutes, "pipeline": pipeline}
     retrain = (args.retrain or not (folder / "model-best").exists() or not settings.exists()
                or json.loads(settings.read_text()) != wanted)
     if retrain:
         settings.unlink(missing_ok=True)
     gold = bl.read_conllu(split)
-    job = {"train": str(train) if retrain else None, "dev": str(dev), "folder": str(folder), "pipeline": PIPELINE,
-           "budget_seconds": 60 * args.budget_minutes, **bl.gold_job(gold)}
+    job = {"train": str(train) if retrain else None, "dev": str(dev), "folder": str(folder), "pipeline": pipeline,
+           "budget_seconds": 60 * args.budget_minutes, "lemmas_feats": args.lemmas_feats, **bl.gold_job(gold)}
     result = bl.run_driver(venv_python, DRIVER, job, folder, "spacy")
     training = folder / "training.json"
     if retrain:
@@ -177,11 +187,12 @@ def main() -> None:
                                                                 "steps", "epochs", "best_checkpoint")}))
         settings.write_text(json.dumps(wanted))
     trained = json.loads(training.read_text())
-    scores = bl.evaluate(gold, result, folder, args.split)
+    scores = bl.evaluate(gold, result, folder, args.split,
+                         bl.MORPHOLOGY_METRICS if args.lemmas_feats else bl.FEATS_METRICS)
     bl.report({
         "tool": "spaCy", "versions": bl.package_versions(venv_python, [PACKAGE, "thinc"]),
         "split": args.split, "evaluated_on": str(split), "train": str(train), "heldout": str(dev),
-        "budget_minutes": args.budget_minutes, "pipeline": PIPELINE, "config": "spacy init config -o efficiency",
+        "budget_minutes": args.budget_minutes, "pipeline": pipeline, "config": "spacy init config -o efficiency",
         "train_cpu_seconds": round(trained["train_seconds"]["cpu"], 1),
         "train_wall_seconds": round(trained["train_seconds"]["wall"], 1),
         "convert_seconds": round(trained["convert_seconds"], 1),

@@ -160,13 +160,14 @@ class WordClassifier:
         return cls(tuple(templates), values, classes, upos_labels, allowed, model, dict_keys, dict_values,
                    dict_shares)
 
-    def predict(self, sentences: Sequence[Tagged],
-                applicable: Callable[[list[str]], np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Value index (into ``values``) and its probability for every word (concatenated in order).
-        ``applicable(forms)`` -> (N, K) bool restricts the classes further (e.g. edit scripts that fit)."""
+    def distribution(self, sentences: Sequence[Tagged], applicable: Callable[[list[str]], np.ndarray] | None = None,
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The classifier's masked class probabilities (N, K) for every word (concatenated in order), and the
+        dictionary's value (-1 where it has none) and share (``lookup``). ``applicable(forms)`` -> (N, K) bool
+        restricts the classes further (e.g. edit scripts that fit)."""
         forms = [f for s in sentences for f in s.forms]
         if not forms:
-            return np.zeros(0, dtype=np.int64), np.zeros(0)
+            return np.zeros((0, len(self.classes))), np.zeros(0, dtype=np.int64), np.zeros(0)
         upos = [u for s in sentences for u in s.upos]
         xpos = [x for s in sentences for x in s.xpos]
         scores = self.model.scores(feature_keys(sentences, self.templates))
@@ -176,10 +177,17 @@ class WordClassifier:
         if applicable is not None:
             mask &= applicable(forms)
         mask[~mask.any(axis=1)] = True  # nothing allowed: fall back to the unrestricted distribution
-        probs = softmax(np.where(mask, scores, -np.inf))
-        best = probs.argmax(axis=1)
-        chosen = self.classes[best]
         known, share = self.lookup(forms, upos, xpos)
+        return softmax(np.where(mask, scores, -np.inf)), known, share
+
+    def predict(self, sentences: Sequence[Tagged],
+                applicable: Callable[[list[str]], np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Value index (into ``values``) and its probability for every word (concatenated in order): the
+        dictionary's, else the classifier's most probable (``distribution``)."""
+        probs, known, share = self.distribution(sentences, applicable)
+        if not len(known):
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        chosen = self.classes[probs.argmax(axis=1)]
         return np.where(known >= 0, known, chosen), np.where(known >= 0, share, probs.max(axis=1))
 
     def lookup(self, forms: Sequence[str], upos: Sequence[str],

@@ -24,9 +24,14 @@ log = logging.getLogger(__name__)
 
 MORPHOLOGY_COMPONENTS = ("lemmatizer", "morph")
 # classes seen fewer than min_class_count times are left to the dictionary; features seen fewer than
-# min_count times share the rare row; dictionary entries need dict_share of their word's occurrences
+# min_count times share the rare row; dictionary entries need dict_share of their word's occurrences; the
+# lemmatizer's lexicon: a word the dictionary does not know takes, of its lexicon_candidates most probable
+# scripts, the best by log probability plus lexicon_bonus for a lemma seen in training with its UPOS (lemmas
+# of lexicon_min_length characters or more; engine.text.lemmatizer); 5 is the middle of the flat 3-6 range
+# of the bonus on EWT dev
 SETTINGS: dict[str, dict[str, Any]] = {
-    "lemmatizer": {"min_class_count": 8, "min_count": 10, "dict_share": 0.0, "epochs": 4},
+    "lemmatizer": {"min_class_count": 8, "min_count": 10, "dict_share": 0.0, "epochs": 4,
+                   "lexicon_bonus": 5.0, "lexicon_candidates": 5, "lexicon_min_length": 3},
     "morph": {"min_class_count": 8, "min_count": 10, "dict_share": 0.9, "epochs": 2},
 }
 

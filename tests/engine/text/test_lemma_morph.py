@@ -90,3 +90,45 @@ def test_state_round_trip_and_refusal(name: str) -> None:
         cls.from_state({**meta, "version": 99}, arrays)
     with pytest.raises(ValueError, match="classes"):
         cls.from_state(meta, {**arrays, "classes": np.array([len(meta["values"])])})
+
+
+def _e_verbs() -> list[_Sent]:
+    """Verbs in "-ing" whose lemma drops "ing" (walking -> walk) outnumber those that restore an "e"
+    (baking -> bake), and "hope" is a lemma of the treebank only as a noun ("hopes")."""
+    drop = ["walking", "jumping", "playing", "kicking", "pushing", "pulling", "cooking", "looking", "calling"]
+    restore = ["baking", "making", "taking"]
+    out = []
+    for k in range(60):
+        v = drop[k % len(drop)] if k % 4 else restore[k % len(restore)]
+        lemma = v[:-3] if k % 4 else v[:-3] + "e"
+        out.append(_Sent(["The", "dogs", v], ["the", "dog", lemma], ["DET", "NOUN", "VERB"], ["DT", "NNS", "VBG"],
+                         ["_"] * 3, ["det", "nsubj", "root"]))
+    out.append(_Sent(["hopes", "dating"], ["hope", "date"], ["NOUN", "VERB"], ["NNS", "VBG"], ["_"] * 2,
+                     ["root", "dep"]))
+    return out
+
+
+def test_lexicon_prefers_a_lemma_seen_with_the_upos() -> None:
+    train = _e_verbs()
+    settings = {"min_class_count": 2, "min_count": 1, "epochs": 5}
+    plain = Lemmatizer.train(train, **settings)
+    lexicon = Lemmatizer.train(train, lexicon_bonus=5.0, lexicon_candidates=5, lexicon_min_length=3, **settings)
+    test = [_Sent(["The", "dogs", "dating", "hoping", "wading"], ["_"] * 5, ["DET", "NOUN", "VERB", "VERB", "VERB"],
+                  ["DT", "NNS", "VBG", "VBG", "VBG"], ["_"] * 5, ["det", "nsubj", "root", "dep", "dep"])]
+    # "dating" is in the dictionary as the treebank has it; the classifier strips "-ing" from unseen verbs
+    assert plain.lemmatize(test) == [["the", "dog", "date", "hop", "wad"]]
+    # with the lexicon: "hope" is a lemma only as NOUN, so "hoping" (VERB) keeps the classifier's "hop";
+    # nothing of "wading" is in the lexicon either: the lexicon changes no choice without a seen lemma
+    assert lexicon.lemmatize(test) == plain.lemmatize(test)
+    verb_hope = [*train, _Sent(["hope"], ["hope"], ["VERB"], ["VB"], ["_"], ["root"])]
+    with_verb = Lemmatizer.train(verb_hope, lexicon_bonus=5.0, lexicon_candidates=5, lexicon_min_length=3, **settings)
+    assert with_verb.lemmatize(test)[0][3] == "hope"  # now seen as a VERB lemma: the "e"-restoring script wins
+    no_bonus = Lemmatizer.train(verb_hope, **settings)
+    assert no_bonus.lemmatize(test)[0][3] == "hop"
+    # the lexicon survives the state round trip; a version-1 state (before the lexicon) reads as none
+    meta, arrays = with_verb.to_state()
+    assert Lemmatizer.from_state(meta, arrays).lemmatize(test) == with_verb.lemmatize(test)
+    old = {k: v for k, v in arrays.items() if k != "lexicon"}
+    assert Lemmatizer.from_state({**meta, "version": 1}, old).lemmatize(test) == no_bonus.lemmatize(test)
+    with pytest.raises(ValueError, match="lexicon"):
+        Lemmatizer.from_state(meta, old)
