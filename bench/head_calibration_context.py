@@ -11,7 +11,7 @@ bins, ``engine.evaluation.metrics.calibration``) measured on the rest:
 
 - ``halves``: 20 random halves of the sentences (seed 7), each half fitted and the other measured (40 ECEs,
   paired across maps: the same splits for every map), mean and the paired difference from the shipped map with
-  its standard error;
+  its standard error, and the mean held-out Brier score;
 - ``genres``: leave one genre out (the ``sent_id`` prefix: answers, email, ...; fitted on the other four), the
   closest thing on dev to text of another kind; ECE and mean gap (accuracy - confidence) per held-out genre;
 - ``reliability``: the shipped map's out-of-fold probabilities (each half fitted on the other) by confidence
@@ -206,10 +206,12 @@ def compare(w: Words, reps: int = 20) -> None:
     genres = genres if len(genres) > 1 else []  # one genre (or none): nothing to leave out
     base: np.ndarray | None = None
     for name, fitted in maps(w).items():
-        halves = []
+        halves, brier = [], []
         for half in splits:
             for fit in (half, ~half):
-                halves.append(ece(fitted(fit)[~fit], w.right[~fit]))
+                p = fitted(fit)
+                halves.append(ece(p[~fit], w.right[~fit]))
+                brier.append(float(((p[~fit] - w.right[~fit]) ** 2).mean()))
         h = np.array(halves)
         base = h if base is None else base
         diff = h - base
@@ -222,6 +224,7 @@ def compare(w: Words, reps: int = 20) -> None:
         print(json.dumps({"map": name, "halves_mean_ece": round(float(h.mean()), 4),
                           "diff_from_shipped": round(float(diff.mean()), 4),
                           "diff_se": round(float(diff.std(ddof=1) / np.sqrt(len(diff))), 4),
+                          "halves_mean_brier": round(float(np.mean(brier)), 5),
                           "genres_mean_ece": round(float(np.mean([v["ece"] for v in by_genre.values()])), 4)
                           if by_genre else None, "genres": by_genre}))
 
