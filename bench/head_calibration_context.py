@@ -16,8 +16,8 @@ bins, ``engine.evaluation.metrics.calibration``) measured on the rest:
   closest thing on dev to text of another kind; ECE and mean gap (accuracy - confidence) per held-out genre;
 - ``reliability``: the shipped map's out-of-fold probabilities (each half fitted on the other) by confidence
   bin, sentence length, arc length (root apart) and the number of other heads with probability >= 0.1;
-- ``noise_floor``: the ECE of labels drawn from the probabilities themselves (a calibrated predictor's ECE at
-  this many words), 20 draws.
+- ``noise_floor_by_words``: the ECE of labels drawn from the probabilities themselves (a calibrated predictor's
+  ECE at this many words: all, half, 5,000 of them), 20 draws each.
 
 Maps (every one after the head power fitted by the Brier score on the fitting part, as ``calibrate`` fits it):
 ``iso`` (shipped: isotonic knots, linear between blocks, ``engine.decode.isotonic``); ``cir`` (centred isotonic
@@ -245,9 +245,9 @@ def reliability(w: Words) -> None:
                               "words": int(s.sum()), "accuracy": round(float(w.right[s].mean()), 4),
                               "confidence": round(float(p[s].mean()), 4), "ece": round(ece(p[s], w.right[s]), 4)}))
     rng = np.random.default_rng(1)
-    floor = [ece(p, rng.random(w.size) < p) for _ in range(20)]
-    print(json.dumps({"out_of_fold_ece": round(ece(p, w.right), 4), "noise_floor": round(float(np.mean(floor)), 4),
-                      "words": w.size}))
+    floor = {size: round(float(np.mean([ece(p[:size], rng.random(size) < p[:size]) for _ in range(20)])), 4)
+             for size in (w.size, w.size // 2, min(5000, w.size))}
+    print(json.dumps({"out_of_fold_ece": round(ece(p, w.right), 4), "noise_floor_by_words": floor}))
 
 
 def main() -> None:
