@@ -20,7 +20,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from engine.bp_parser import BPParser
-from engine.cli_args import build_parser  # noqa: F401  (tests use both)
+from engine.cli_args import build_parser
 from engine.cli_args import given_settings as _given_settings
 from engine.data.conllu_io import (
     ConlluError,
@@ -89,6 +89,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                               progress=not args.quiet)
     except train_options.TrainOptionsError as e:
         raise UsageError(str(e)) from e
+    if args.dev and args.calibrate and not summary["interrupted"]:
+        # the same fit as `python -m engine calibrate --model OUT --data DEV`, under the model's default inference
+        summary["calibration"] = calibrate_model(build_parser().parse_args(
+            ["calibrate", "--model", str(args.out), "--data", str(args.dev)]))
     print(json.dumps(summary, indent=2))
     return 130 if summary["interrupted"] else 0
 
@@ -240,8 +244,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    """Fit ``inference.head_power`` (``engine.decode.calibration``) on ``--data`` under the model's default
-    inference, with the command's inference flags, and write it into the model's manifest."""
+    print(json.dumps(calibrate_model(args)))
+    return 0
+
+
+def calibrate_model(args: argparse.Namespace) -> dict[str, Any]:
+    """Fit the calibration (``engine.evaluation.calibration_fit``: head power, isotonic stage, label and tree
+    powers) and the conformal thresholds on ``--data`` under the model's default inference, with the command's
+    inference flags, write them into the model's manifest and return the summary ``calibrate`` prints (also
+    run by ``train`` on its ``--dev`` set)."""
     _check_tag_samples(args)
     given_samples = args.tag_samples
     _, parse = _load_parser(args)
@@ -268,8 +279,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         inference["tag_samples"] = given_samples
     update_manifest(args.model, {"inference": inference})
     powers = {key: value for key, value in maps.items() if key.endswith("_power")}
-    print(json.dumps({"model": args.model, **powers, **fitted, "uas": before["uas"], "las": before["las"]}))
-    return 0
+    return {"model": args.model, **powers, **fitted, "uas": before["uas"], "las": before["las"]}
 
 
 def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any],

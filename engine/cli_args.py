@@ -18,8 +18,12 @@ from engine.training.morphology import MORPHOLOGY_COMPONENTS
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a model (conditional log-likelihood, or approximation-aware --objective)")
     p.add_argument("--train", required=True, help="training treebank (CoNLL-U)")
-    p.add_argument("--dev", help="development treebank for choosing the best epoch (CoNLL-U)")
+    p.add_argument("--dev", help="development treebank for choosing the best epoch (CoNLL-U); the trained model is "
+                   "then calibrated on it as `calibrate` does (see --no-calibrate)")
     p.add_argument("--out", required=True, help="model directory to write")
+    p.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                   help="do not run `calibrate --model OUT --data DEV` after training (default: run it when --dev "
+                   "is given and training was not interrupted; it parses the dev set once more)")
     train_options.add_arguments(p)  # one flag per TrainOptions field (engine.training.options)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--pruner", help="first-order model for arc pruning and warm start (--order 2); "

@@ -11,6 +11,11 @@ the block's accuracy; linear between blocks) in the manifest (``inference.head_i
 ``g(q)`` and the word's other heads are scaled by ``(1 - g(q)) / (1 - q)``, so the word's head distribution
 still sums to 1 and the order of the other heads is kept; the tree is decoded before and does not move. A word
 whose chosen head has all the mass (q = 1, no alternative) keeps it.
+
+Alternatives measured on EWT dev out of sample (``bench/head_calibration_context.py``, docs/results/
+confidence.md) did no better: centred isotonic regression (Oron & Flournoy 2017), one map per arc-length
+bucket or a Platt stage on arc length, sentence length and entropy before this one, and an isotonic map of
+every arc's probability renormalised per word (clearly worse: the renormalisation undoes the chosen head's map).
 """
 
 from __future__ import annotations
