@@ -25,6 +25,8 @@ import httpx
 from _service import ROOT as REPO  # noqa: E402  (bench/ is on sys.path when this script runs)
 from _service import service  # noqa: E402
 
+sys.path.insert(0, str(REPO))  # the in-process Dask scheduler of --dask unpickles tasks that name engine.cli
+
 KEY = "bench-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
