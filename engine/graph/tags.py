@@ -33,6 +33,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit  # type: ignore[import-untyped]
 
+from engine.text.tag_candidates import TagCandidates
+
 
 def normalised(log_values: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     """``log_values`` minus their log-sum-exp over the ``allowed`` slots of the last axis; 0 on the others."""
@@ -163,3 +165,15 @@ class TagChain:
             return 0.0
         inner = self.transitions[np.arange(len(t) - 1), t[:-1], t[1:]].sum()
         return float(self.start[t[0]] + inner + self.end[t[-1]])
+
+
+def joint_factors(n: int, heads: np.ndarray, deps: np.ndarray, theta: np.ndarray, candidates: TagCandidates
+                  ) -> tuple[TagLink, TagChain, np.ndarray]:
+    """TAGLINK over the kept arcs ``(heads, deps)`` with potentials ``theta`` (A, g, g), CHAIN, and the TAG
+    emissions (n+1, g) of one sentence's candidate tags (``engine.text.tag_candidates``), ROOT as row 0."""
+    g = candidates.allowed.shape[1]
+    root = np.arange(g) == 0
+    allowed = np.vstack([root, candidates.allowed])
+    emissions = np.vstack([np.where(root, 0.0, -np.inf), candidates.emissions])
+    return (TagLink(n, heads, deps, theta, allowed), TagChain(candidates.transitions, candidates.start,
+                                                              candidates.end, allowed), emissions)
