@@ -177,3 +177,4 @@ def joint_factors(n: int, heads: np.ndarray, deps: np.ndarray, theta: np.ndarray
     emissions = np.vstack([np.where(root, 0.0, -np.inf), candidates.emissions])
     return (TagLink(n, heads, deps, theta, allowed), TagChain(candidates.transitions, candidates.start,
                                                               candidates.end, allowed), emissions)
+
