@@ -224,11 +224,16 @@ class BPParser:
         out: list[ParsedSentence | None] = [None] * len(sentences)
         for batch in self.graph_batches(sentences, batch_size=batch_size, mixtures=mixtures):
             start = time.perf_counter()
-            joint = [] if candidates is None else [k for k, (i, _, _) in enumerate(batch) if candidates[i] is not None]
+            cands = [None if candidates is None else candidates[i] for i, _, _ in batch]
+            # a sentence whose words have one candidate each: TAGLINK is LINK and its tags are fixed (parse_joint)
+            joint = [k for k, c in enumerate(cands) if c is not None and c.allowed.shape[1] > 1]
             alone = [k for k in range(len(batch)) if k not in set(joint)]
             results = infer_many([(batch[k][1].families, batch[k][1].valid) for k in alone], config)
             for k, result in zip(alone, results, strict=True):
-                out[batch[k][0]] = self.decode(sentences[batch[k][0]], batch[k][1], result, labels=False)
+                out[batch[k][0]] = parsed = self.decode(sentences[batch[k][0]], batch[k][1], result, labels=False)
+                fixed = cands[k]
+                if fixed is not None:
+                    _fixed_tags(parsed, fixed)
             for k in joint:
                 i, graph, _ = batch[k]
                 out[i] = self.parse_joint(sentences[i], graph, candidates[i], config)  # type: ignore[index,arg-type]
@@ -311,6 +316,15 @@ class BPParser:
         if table is not None:  # the kernel's table straight from the stored arrays
             parser._scorer = ArcScorer(extractor, [w for w in (weights, pruner) if w is not None], table)
         return parser
+
+
+def _fixed_tags(parsed: ParsedSentence, candidates: TagCandidates) -> None:
+    """The tags of a joint parse whose words have one candidate each: those, with belief 1 (``parse_joint``
+    gives the same: BP over single-slot tag variables is BP over LINK, ``engine.inference.joint_bp``)."""
+    parsed.upos, parsed.xpos = [u[0] for u in candidates.upos], [x[0] for x in candidates.xpos]
+    parsed.upos_probs = np.ones(len(candidates.upos))
+    assert parsed.diagnostics is not None
+    parsed.diagnostics.update(method="bp-joint", tag_candidates=len(candidates.upos))
 
 
 def load_any(directory: str | os.PathLike[str], stored: StoredModel | None = None) -> FirstOrderParser | BPParser:

@@ -67,6 +67,9 @@ class TagLink:
         pair = allowed[self.heads][:, :, None] & allowed[self.deps][:, None, :]
         self.theta = np.where(pair, theta, -np.inf)
         self.flat = self.heads * (n + 1) + self.deps  # the arcs' indices in a flat (n+1)^2 per-arc array
+        # arcs with a word of several candidates; on the others (both words one slot) the messages are constant:
+        # theta[0, 0] to the link and 0 to the tags, whatever comes in
+        self.varying = np.flatnonzero(pair.reshape(len(pair), -1).sum(axis=1) > 1)
 
     @property
     def size(self) -> int:
@@ -76,16 +79,24 @@ class TagLink:
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Outgoing (to links (A,) log-odds, to head tags (A, g), to dependent tags (A, g)) from the incoming
         link log-odds ``link_in`` (A,) and tag log-messages ``head_in``, ``dep_in`` (A, g; ``-inf`` on
-        padding). The module docstring's formulas."""
-        u = normalised(head_in, self.allowed[self.heads])
-        v = normalised(dep_in, self.allowed[self.deps])
-        u = np.where(self.allowed[self.heads], u, -np.inf)
-        v = np.where(self.allowed[self.deps], v, -np.inf)
-        to_link = _logsumexp(self.theta + u[:, :, None] + v[:, None, :], axis=(1, 2))  # the L = 0 sum is 1
+        padding). The module docstring's formulas, computed on the ``varying`` arcs only."""
+        to_link, to_head, to_dep = self.theta[:, 0, 0].copy(), np.zeros(head_in.shape), np.zeros(dep_in.shape)
+        k = self.varying
+        if len(k):
+            to_link[k], to_head[k], to_dep[k] = self._propagate(k, link_in[k], head_in[k], dep_in[k])
+        return to_link, to_head, to_dep
+
+    def _propagate(self, k: np.ndarray, link_in: np.ndarray, head_in: np.ndarray, dep_in: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``propagate`` on the arcs ``k``."""
+        theta, h_ok, d_ok = self.theta[k], self.allowed[self.heads[k]], self.allowed[self.deps[k]]
+        u = np.where(h_ok, normalised(head_in, h_ok), -np.inf)
+        v = np.where(d_ok, normalised(dep_in, d_ok), -np.inf)
+        to_link = _logsumexp(theta + u[:, :, None] + v[:, None, :], axis=(1, 2))  # the L = 0 sum is 1
         with np.errstate(invalid="ignore"):
-            on = np.logaddexp(0.0, link_in[:, None, None] + self.theta)  # log(1 + exp(r + theta)); 0 on padding
-        to_head = normalised(_logsumexp(on + v[:, None, :], axis=2), self.allowed[self.heads])
-        to_dep = normalised(_logsumexp(on + u[:, :, None], axis=1), self.allowed[self.deps])
+            on = np.logaddexp(0.0, link_in[:, None, None] + theta)  # log(1 + exp(r + theta)); 0 on padding
+        to_head = normalised(_logsumexp(on + v[:, None, :], axis=2), h_ok)
+        to_dep = normalised(_logsumexp(on + u[:, :, None], axis=1), d_ok)
         return to_link, to_head, to_dep
 
     def log_potential(self, arcs: np.ndarray, slots: np.ndarray) -> float:
