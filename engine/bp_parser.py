@@ -321,8 +321,7 @@ class BPParser:
 def _fixed_tags(parsed: ParsedSentence, candidates: TagCandidates) -> None:
     """The tags of a joint parse whose words have one candidate each: those, with belief 1 (``parse_joint``
     gives the same: BP over single-slot tag variables is BP over LINK, ``engine.inference.joint_bp``)."""
-    parsed.upos, parsed.xpos = [u[0] for u in candidates.upos], [x[0] for x in candidates.xpos]
-    parsed.upos_probs = np.ones(len(candidates.upos))
+    parsed.upos, parsed.xpos, parsed.upos_probs = decode_tags(np.ones((len(candidates.upos) + 1, 1)), candidates)
     assert parsed.diagnostics is not None
     parsed.diagnostics.update(method="bp-joint", tag_candidates=len(candidates.upos))
 

@@ -2,8 +2,13 @@
 
 A word's candidates are (UPOS, XPOS) states (``engine.text.tag_candidates``). Its UPOS is the one of
 largest belief summed over its candidate states (the MBR choice for UPOS accuracy, as the tagger's
-``upos_marginals`` sum its state marginals), ``upos_prob`` that summed belief, and its XPOS the XPOS of
-its most believed state with that UPOS (so the two tags agree, as the tagger's states do).
+``upos_marginals`` sum its state marginals), and its XPOS the XPOS of its most believed state with that UPOS
+(so the two tags agree, as the tagger's states do). ``upos_prob`` is the chosen UPOS's probability under one
+distribution over all of the word's states: the joint beliefs on its candidates, scaled to the tagger's
+marginal mass of the candidates (``TagCandidates.mass``), and the tagger's marginals on the states pruning
+left out (``TagCandidates.rest``). Without that, a word with one candidate would report probability 1
+whatever the tagger gave its other states (on EWT dev the UPOS ECE of the joint tags was 0.039 so, against
+the tagger's 0.008).
 """
 
 from __future__ import annotations
@@ -25,5 +30,5 @@ def decode_tags(beliefs: np.ndarray, candidates: TagCandidates) -> tuple[list[st
         slot = max((s for s, tag in enumerate(u) if tag == chosen), key=lambda s: (b[s], -s))
         upos.append(chosen)
         xpos.append(x[slot])
-        probs.append(totals[chosen])
+        probs.append(candidates.mass[word - 1] * totals[chosen] + candidates.rest[word - 1, slot])
     return upos, xpos, np.array(probs)

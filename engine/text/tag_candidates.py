@@ -5,13 +5,15 @@ tagger 1-best state (the Viterbi path's (UPOS, XPOS) state, always slot 0, so th
 keeps today's tag) followed by its other states in decreasing tagger marginal, at most ``TAG_CANDIDATES``
 in all, each with a marginal of at least ``CANDIDATE_MIN_MARGINAL`` (a state the tagger gives less is
 pruned: on EWT dev most words keep a single candidate, and each of the others multiplies the arc scores to
-compute by up to ``TAG_CANDIDATES``). Those two defaults are declared here once; a model's manifest can
-give its own (``inference.tag_candidates`` = ``{"k": 3, "min_marginal": 0.001}``) and the command line
-overrides both.
+compute by up to ``TAG_CANDIDATES``). Those two defaults are declared here once (0.2 chosen on EWT dev among
+0.001, 0.1, 0.2, 0.3, 0.45: docs/joint-tags.md); a model's manifest can give its own
+(``inference.tag_candidates`` = ``{"k": 3, "min_marginal": 0.2}``) and the command line overrides both.
 
 The candidates restrict the tagger's CRF (``engine.text.tagger``): TAG_i is its emission log-potential of
 each candidate state, CHAIN its transitions between the candidates of neighbouring words and its start and
 end scores. Padding slots (a word with fewer candidates than the sentence's widest) have emission ``-inf``.
+``mass`` and ``rest`` keep what pruning left out of the tagger's posterior, so that a word's reported UPOS
+probability can count it (``engine.decode.joint_tags``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import numpy as np
 
 TAG_CANDIDATES = 3  # at most this many candidate states per word
-CANDIDATE_MIN_MARGINAL = 0.001  # states below this tagger marginal are not candidates (the 1-best always is)
+CANDIDATE_MIN_MARGINAL = 0.2  # states below this tagger marginal are not candidates (the 1-best always is)
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ class TagCandidates:
     transitions: np.ndarray  # (n-1, g, g) CHAIN log-potentials between neighbouring words' slots
     start: np.ndarray  # (g,) log-potential of the first word's slots
     end: np.ndarray  # (g,) of the last word's
+    mass: np.ndarray  # (n,) the tagger's marginal probability of each word's candidate states together
+    rest: np.ndarray  # (n, g) the tagger's marginal of the pruned states with the UPOS of each slot
 
 
 def choose_states(marginals: np.ndarray, best: np.ndarray, settings: CandidateSettings) -> tuple[np.ndarray,
@@ -82,14 +86,22 @@ def choose_states(marginals: np.ndarray, best: np.ndarray, settings: CandidateSe
 
 
 def restrict(emissions: np.ndarray, transitions: np.ndarray, states: np.ndarray, allowed: np.ndarray,
-             labels: tuple[list[str], list[str], np.ndarray]) -> TagCandidates:
+             labels: tuple[list[str], list[str], np.ndarray], marginals: np.ndarray) -> TagCandidates:
     """The CRF of one sentence (emissions (n, S), transitions (S+1, S+1) with the start row and end column
-    last) restricted to the candidate ``states``; ``labels`` = (UPOS labels, XPOS labels, the (S, 2) states)."""
+    last) restricted to the candidate ``states``; ``labels`` = (UPOS labels, XPOS labels, the (S, 2) states);
+    ``marginals`` (n, S) the tagger's state marginals (for ``mass`` and ``rest``)."""
     upos_labels, xpos_labels, pairs = labels
+    kept = np.where(allowed, np.take_along_axis(marginals, states, axis=1), 0.0)
+    slot_upos = pairs[states, 0]
+    by_upos = np.zeros((len(marginals), len(upos_labels)))
+    np.add.at(by_upos, (np.repeat(np.arange(len(marginals)), marginals.shape[1]), np.tile(pairs[:, 0], len(marginals))),
+              marginals.reshape(-1))
+    same = (slot_upos[:, :, None] == slot_upos[:, None, :]) & allowed[:, None, :]
+    rest = np.maximum(np.take_along_axis(by_upos, slot_upos, axis=1) - (same * kept[:, None, :]).sum(axis=2), 0.0)
     end_state = transitions.shape[0] - 1
     em = np.where(allowed, np.take_along_axis(emissions, states, axis=1), -np.inf)
     trans = transitions[states[:-1, :, None], states[1:, None, :]]
     upos = [[upos_labels[pairs[t, 0]] for t in row[ok]] for row, ok in zip(states, allowed, strict=True)]
     xpos = [[xpos_labels[pairs[t, 1]] for t in row[ok]] for row, ok in zip(states, allowed, strict=True)]
     return TagCandidates(states, allowed, upos, xpos, em, trans, transitions[end_state, states[0]],
-                         transitions[states[-1], end_state])
+                         transitions[states[-1], end_state], kept.sum(axis=1), rest)

@@ -301,7 +301,7 @@ class Tagger:
                 if candidates is not None and n:
                     states, allowed = choose_states(marginals[r], best[r], candidates)
                     result.candidates = restrict(em[r], crf.transition, states, allowed,
-                                                 (self.upos_labels, self.xpos_labels, crf.states))
+                                                 (self.upos_labels, self.xpos_labels, crf.states), marginals[r])
         assert all(r is not None for r in results)
         return results  # type: ignore[return-value]
 

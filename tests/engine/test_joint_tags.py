@@ -29,10 +29,11 @@ def dev(ewt_dir: Path) -> list:
     return read_conllu(ewt_dir / "en_ewt-ud-dev.conllu")[:40]
 
 
-def _tagged(pipeline: Pipeline, gold: list, settings: CandidateSettings) -> tuple[list, list]:
+def _tagged(pipeline: Pipeline, gold: list, settings: CandidateSettings, probs: dict | None = None
+            ) -> tuple[list, list]:
     inputs = [s.copy() for s in gold]
     found: dict = {}
-    pipeline.tag_and_sample(inputs, retag=True, candidates=(settings, found))
+    pipeline.tag_and_sample(inputs, retag=True, candidates=(settings, found), upos_probs=probs)
     return inputs, [found[i] for i in range(len(inputs))]
 
 
@@ -71,14 +72,18 @@ def test_candidates_restrict_the_taggers_crf(shipped: Pipeline, dev: list) -> No
 
 
 def test_one_candidate_per_word_is_todays_parse(shipped: Pipeline, dev: list) -> None:
-    inputs, cands = _tagged(shipped, dev, CandidateSettings(k=1))
+    """... and each word's ``upos_prob`` is the tagger's marginal of its UPOS (the joint beliefs on the
+    candidates, scaled to their tagger mass, plus the tagger's marginals of the pruned states)."""
+    tagger_probs: dict = {}
+    inputs, cands = _tagged(shipped, dev, CandidateSettings(k=1), tagger_probs)
     joint = shipped.parser.parse(inputs, candidates=cands)
     today = shipped.parser.parse(inputs)
     for a, b, s in zip(joint, today, inputs, strict=True):
         np.testing.assert_array_equal(a.heads, b.heads)
         np.testing.assert_allclose(a.marginals, b.marginals, atol=1e-9)
         assert a.deprels == b.deprels and a.upos == s.upos and a.xpos == s.xpos
-        np.testing.assert_array_equal(a.upos_probs, 1.0)
+    for j, a in enumerate(joint):
+        np.testing.assert_allclose(a.upos_probs, tagger_probs[j], atol=1e-9)
 
 
 def test_joint_parse_has_trees_and_tags_among_the_candidates(shipped: Pipeline, dev: list) -> None:
