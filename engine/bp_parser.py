@@ -221,6 +221,8 @@ class BPParser:
         ``candidates[i]``: parse sentence ``i`` jointly with its tags over those candidates (``parse_joint``; plain
         BP only); its parse carries the tags chosen (``upos``, ``xpos``, ``upos_probs``) and is labelled under them."""
         config = config or resolve("bp", self.manifest)  # the model's BP settings, else BP's defaults
+        if candidates is not None and not isinstance(config, BPConfig):
+            raise ValueError("joint tagging and parsing runs plain BP (inference bp), not relaxed or pruned BP")
         out: list[ParsedSentence | None] = [None] * len(sentences)
         for batch in self.graph_batches(sentences, batch_size=batch_size, mixtures=mixtures):
             start = time.perf_counter()
