@@ -45,15 +45,6 @@ def normalised(log_values: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     return np.where(allowed, masked - total, 0.0)
 
 
-def _logsumexp(x: np.ndarray, axis: tuple[int, ...] | int) -> np.ndarray:
-    """``log sum exp`` over ``axis`` (``-inf`` where every entry is ``-inf``)."""
-    top = np.max(x, axis=axis, keepdims=True)
-    top = np.where(np.isfinite(top), top, 0.0)
-    with np.errstate(divide="ignore"):
-        out = np.log(np.exp(x - top).sum(axis=axis, keepdims=True)) + top
-    return np.squeeze(out, axis=axis)
-
-
 class TagLink:
     """TAGLINK factors of the kept arcs ``(heads[j], deps[j])`` with log-potentials ``theta`` (A, g, g) of
     ``L = 1`` per candidate slot pair (``-inf`` where a slot is not allowed); ``allowed`` (n+1, g), row 0 ROOT."""
@@ -88,15 +79,13 @@ class TagLink:
 
     def _propagate(self, k: np.ndarray, link_in: np.ndarray, head_in: np.ndarray, dep_in: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``propagate`` on the arcs ``k``."""
-        theta, h_ok, d_ok = self.theta[k], self.allowed[self.heads[k]], self.allowed[self.deps[k]]
-        u = np.where(h_ok, normalised(head_in, h_ok), -np.inf)
-        v = np.where(d_ok, normalised(dep_in, d_ok), -np.inf)
-        to_link = _logsumexp(theta + u[:, :, None] + v[:, None, :], axis=(1, 2))  # the L = 0 sum is 1
-        with np.errstate(invalid="ignore"):
-            on = np.logaddexp(0.0, link_in[:, None, None] + theta)  # log(1 + exp(r + theta)); 0 on padding
-        to_head = normalised(_logsumexp(on + v[:, None, :], axis=2), h_ok)
-        to_dep = normalised(_logsumexp(on + u[:, :, None], axis=1), d_ok)
+        """``propagate`` on the arcs ``k`` (``_taglink_kernel``: numpy's per-call overhead on (A, 3, 3) arrays
+        cost more than the arithmetic)."""
+        g = self.allowed.shape[1]
+        to_link, to_head, to_dep = np.empty(len(k)), np.zeros((len(k), g)), np.zeros((len(k), g))
+        r, u, v = (np.ascontiguousarray(x, dtype=np.float64) for x in (link_in, head_in, dep_in))
+        _taglink_kernel(np.ascontiguousarray(self.theta[k]), self.allowed[self.heads[k]], self.allowed[self.deps[k]],
+                        r, u, v, to_link, to_head, to_dep)
         return to_link, to_head, to_dep
 
     def log_potential(self, arcs: np.ndarray, slots: np.ndarray) -> float:
@@ -104,6 +93,56 @@ class TagLink:
         word ``slots`` (n+1,; slot 0 for ROOT): the sum of ``theta`` over the kept arcs that are on."""
         on = arcs[self.heads, self.deps]
         return float(self.theta[on, slots[self.heads[on]], slots[self.deps[on]]].sum())
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _log_add(a: float, b: float) -> float:
+    """``log(exp(a) + exp(b))``, ``-inf`` when both are."""
+    top = max(a, b)
+    if top == -np.inf:
+        return -np.inf
+    return top + np.log1p(np.exp(min(a, b) - top))
+
+
+@njit(cache=True, nogil=True)
+def _normalise_row(values: np.ndarray, ok: np.ndarray, out: np.ndarray) -> None:
+    """``out`` = ``values`` minus their log-sum-exp over the ``ok`` slots, ``-inf`` on the others."""
+    total = -np.inf
+    for a in range(len(values)):
+        if ok[a]:
+            total = _log_add(total, values[a])
+    for a in range(len(values)):
+        out[a] = values[a] - total if ok[a] else -np.inf
+
+
+@njit(cache=True, nogil=True)
+def _taglink_kernel(theta: np.ndarray, h_ok: np.ndarray, d_ok: np.ndarray, link_in: np.ndarray, head_in: np.ndarray,
+                    dep_in: np.ndarray, to_link: np.ndarray, to_head: np.ndarray, to_dep: np.ndarray) -> None:
+    """TAGLINK's messages (the module docstring's formulas) arc by arc: ``to_link[j]`` log-odds, ``to_head[j]``
+    and ``to_dep[j]`` normalised over the allowed slots (0 on the others)."""
+    g = theta.shape[1]
+    u, v = np.empty(g), np.empty(g)
+    head, dep = np.empty(g), np.empty(g)
+    for j in range(theta.shape[0]):
+        _normalise_row(head_in[j], h_ok[j], u)
+        _normalise_row(dep_in[j], d_ok[j], v)
+        on_sum = -np.inf
+        head[:] = -np.inf
+        dep[:] = -np.inf
+        for a in range(g):
+            for b in range(g):
+                if not (h_ok[j, a] and d_ok[j, b]):
+                    continue
+                on_sum = _log_add(on_sum, theta[j, a, b] + u[a] + v[b])
+                either = _log_add(0.0, link_in[j] + theta[j, a, b])  # log(1 + exp(r + theta))
+                head[a] = _log_add(head[a], either + v[b])
+                dep[b] = _log_add(dep[b], either + u[a])
+        to_link[j] = on_sum  # the L = 0 sum is 1: u and v are normalised
+        _normalise_row(head, h_ok[j], u)
+        _normalise_row(dep, d_ok[j], v)
+        for a in range(g):
+            to_head[j, a] = u[a] if h_ok[j, a] else 0.0
+            to_dep[j, a] = v[a] if d_ok[j, a] else 0.0
 
 
 @njit(cache=True, nogil=True)

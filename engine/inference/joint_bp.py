@@ -84,8 +84,9 @@ class _State:
                                        self.read_tags[tl.deps] - self.to_dep)
         self._set_links(link)
         change = np.zeros(self.tags.shape)
-        np.add.at(change, tl.heads, head - self.to_head)
-        np.add.at(change, tl.deps, dep - self.to_dep)
+        k = tl.varying  # the other arcs' tag messages stay 0
+        np.add.at(change, tl.heads[k], head[k] - self.to_head[k])
+        np.add.at(change, tl.deps[k], dep[k] - self.to_dep[k])
         self.tags += np.where(self.allowed, change, 0.0)
         self.to_head, self.to_dep = head, dep
 
