@@ -144,9 +144,10 @@ def _tagged(args: argparse.Namespace, sentences: list[Any], retag: bool,
         except ValueError as e:
             raise UsageError(str(e)) from e
         args.joint_candidates = joint = (settings, {})
+        args.tag_samples = 0  # nothing is drawn: what the scores and parses report
     try:
-        return args.pipeline.tag_and_sample(sentences, retag=retag, samples=0 if joint else args.tag_samples,
-                                            upos_probs=upos_probs, candidates=joint)
+        return args.pipeline.tag_and_sample(sentences, retag=retag, samples=args.tag_samples, upos_probs=upos_probs,
+                                            candidates=joint)
     except ModelError as e:
         raise UsageError(f"{args.model}: {e}") from e
 

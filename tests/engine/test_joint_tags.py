@@ -108,6 +108,9 @@ def test_cli_evaluate_joint(ewt_dir: Path, tmp_path: Path, capsys: pytest.Captur
     single = json.loads(capsys.readouterr().out)
     assert (one["uas"], one["las"], one["upos"]) == (single["uas"], single["las"], single["upos"])
     assert main([*args, "--tag-average", "joint"]) == 0
-    assert 0 < json.loads(capsys.readouterr().out)["upos"] <= 100
+    joint = json.loads(capsys.readouterr().out)
+    assert 0 < joint["upos"] <= 100 and joint["tag_samples"] == 0  # no tag sequence is drawn
+    assert main([*args[:-3], "--from-text", "--json", "--tag-average", "joint"]) == 0
+    assert json.loads(capsys.readouterr().out)["upos"] > 50  # aligned F1 from raw text
     assert main([*args, "--tag-average", "joint", "--inference", "relaxed"]) == 2
     assert "plain BP" in capsys.readouterr().err
