@@ -18,13 +18,17 @@ from typing import Any
 import numpy as np
 
 from engine.data.batching import length_batches
+from engine.decode.joint_tags import decode_tags
 from engine.decode.labeler import label_arcs, label_many
+from engine.decode.tag_marginal import retagged
 from engine.features.extract import FeatureExtractor, Tokens
 from engine.features.second_order import TripleTemplate
 from engine.features.tag_mixture import TagMixture
 from engine.graph.build import SentenceGraph, build_graph
 from engine.graph.family import all_arcs
-from engine.inference.bp import BPResult
+from engine.graph.tags import joint_factors
+from engine.inference.bp import BPConfig, BPResult
+from engine.inference.joint_bp import run_joint_bp
 from engine.inference.relaxed import InferenceConfig, RelaxedResult, infer_many
 from engine.inference.settings import resolve
 from engine.kernels.exact import TreeConstraint, exact_marginals
@@ -35,6 +39,7 @@ from engine.results import UNLABELLED, ParsedSentence, TreeDistribution
 from engine.scoring.fused import ArcScorer, narrowest_exact, stored_table
 from engine.scoring.potentials import arc_scores
 from engine.scoring.pruning import PruneConfig, prune_arcs
+from engine.text.tag_candidates import TagCandidates
 
 
 @dataclass
@@ -205,30 +210,73 @@ class BPParser:
 
     def parse(self, sentences: Sequence[Tokens], config: InferenceConfig | None = None,
               batch_size: int = 64, labels: bool = True,
-              mixtures: Sequence[TagMixture | None] | None = None) -> list[ParsedSentence]:
+              mixtures: Sequence[TagMixture | None] | None = None,
+              candidates: Sequence[TagCandidates | None] | None = None) -> list[ParsedSentence]:
         """BP (``BPConfig``; default: ``engine.inference.settings.resolve`` for this model), relaxed BP
         (``RelaxedConfig``) or pruned BP (``PrunedConfig``) per sentence,
         the sentences of one length stacked (``infer_many``); the diagnostics' ``inference_seconds`` is the
         time of inference alone (no features, no decoding), a stack's time shared equally by its sentences.
         Without ``labels`` the parses carry no labels (``UNLABELLED``: for callers that label afterwards).
-        ``mixtures[i]``: parse sentence ``i`` over potentials averaged across those taggings (``graph_batches``)."""
+        ``mixtures[i]``: parse sentence ``i`` over potentials averaged across those taggings (``graph_batches``).
+        ``candidates[i]``: parse sentence ``i`` jointly with its tags over those candidates (``parse_joint``; plain
+        BP only); its parse carries the tags chosen (``upos``, ``xpos``, ``upos_probs``) and is labelled under them."""
         config = config or resolve("bp", self.manifest)  # the model's BP settings, else BP's defaults
+        if candidates is not None and not isinstance(config, BPConfig):
+            raise ValueError("joint tagging and parsing runs plain BP (inference bp), not relaxed or pruned BP")
         out: list[ParsedSentence | None] = [None] * len(sentences)
         for batch in self.graph_batches(sentences, batch_size=batch_size, mixtures=mixtures):
             start = time.perf_counter()
-            results = infer_many([(graph.families, graph.valid) for _, graph, _ in batch], config)
+            cands = [None if candidates is None else candidates[i] for i, _, _ in batch]
+            # a sentence whose words have one candidate each: TAGLINK is LINK and its tags are fixed (parse_joint)
+            joint = [k for k, c in enumerate(cands) if c is not None and c.allowed.shape[1] > 1]
+            alone = [k for k in range(len(batch)) if k not in set(joint)]
+            results = infer_many([(batch[k][1].families, batch[k][1].valid) for k in alone], config)
+            for k, result in zip(alone, results, strict=True):
+                out[batch[k][0]] = parsed = self.decode(sentences[batch[k][0]], batch[k][1], result, labels=False)
+                fixed = cands[k]
+                if fixed is not None:
+                    _fixed_tags(parsed, fixed)
+            for k in joint:
+                i, graph, _ = batch[k]
+                out[i] = self.parse_joint(sentences[i], graph, candidates[i], config)  # type: ignore[index,arg-type]
             seconds = (time.perf_counter() - start) / len(batch)
-            for (i, graph, _), result in zip(batch, results, strict=True):
-                out[i] = parsed = self.decode(sentences[i], graph, result, labels=False)
-                assert parsed.diagnostics is not None
-                parsed.diagnostics["inference_seconds"] = seconds
+            for i, _, _ in batch:
+                diagnostics = out[i].diagnostics  # type: ignore[union-attr]
+                assert diagnostics is not None
+                diagnostics["inference_seconds"] = seconds
         if labels and out:  # every sentence's labels in one pass (label_many), as decode would give them
             parsed_all = [p for p in out if p is not None]
             assert len(parsed_all) == len(sentences)
-            for p, (deprels, probs) in zip(parsed_all, label_many(self.labeler, sentences,
+            tagged = [s if p.upos is None else retagged(s, (p.upos, p.xpos or [])) for s, p in
+                      zip(sentences, parsed_all, strict=True)]
+            for p, (deprels, probs) in zip(parsed_all, label_many(self.labeler, tagged,
                                                                   [p.heads for p in parsed_all]), strict=True):
                 p.deprels, p.label_probs = deprels, probs
         return out  # type: ignore[return-value]
+
+    def parse_joint(self, sentence: Tokens, graph: SentenceGraph, candidates: TagCandidates,
+                    config: InferenceConfig) -> ParsedSentence:
+        """One sentence parsed jointly with its tags (Smith & Eisner 2008 §3.4; ``engine.inference.joint_bp``):
+        ``graph`` (built under the sentence's 1-best tags) with LINK replaced by TAGLINK over the kept arcs,
+        whose potentials are the first-order weights' scores under each candidate pair of (head, dependent)
+        (``ArcScorer.candidate_scores``: the head's and the dependent's own UPOS/XPOS vary, the templates that
+        read other words' tags, context and in-between, read the 1-best tags), plus TAG and CHAIN from the
+        tagger's CRF restricted to the ``candidates``. The higher-order factors read the 1-best tags, as
+        without joint tags. The tree is the MBR tree of the link beliefs (``decode``), the tags the MBR tags of
+        the tag beliefs (``engine.decode.joint_tags``); unlabelled (``parse`` labels under the chosen tags)."""
+        if not isinstance(config, BPConfig):
+            raise ValueError("joint tagging and parsing runs plain BP (inference bp), not relaxed or pruned BP")
+        heads, deps = np.nonzero(graph.valid)
+        assert self._scorer is not None  # graph_batches built it
+        theta = self._scorer.candidate_scores(sentence, candidates.upos, candidates.xpos, heads, deps)
+        taglink, chain, emissions = joint_factors(graph.n, heads, deps, theta, candidates)
+        families = [f for f in graph.families if f is not graph.link]
+        result = run_joint_bp(families, graph.valid, taglink, chain, emissions, config)
+        parsed = self.decode(sentence, graph, result.links, labels=False)
+        parsed.upos, parsed.xpos, parsed.upos_probs = decode_tags(result.tags, candidates)
+        assert parsed.diagnostics is not None
+        parsed.diagnostics.update(method="bp-joint", tag_candidates=int(candidates.allowed.sum()))
+        return parsed
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None,
@@ -270,6 +318,14 @@ class BPParser:
         if table is not None:  # the kernel's table straight from the stored arrays
             parser._scorer = ArcScorer(extractor, [w for w in (weights, pruner) if w is not None], table)
         return parser
+
+
+def _fixed_tags(parsed: ParsedSentence, candidates: TagCandidates) -> None:
+    """The tags of a joint parse whose words have one candidate each: those, with belief 1 (``parse_joint``
+    gives the same: BP over single-slot tag variables is BP over LINK, ``engine.inference.joint_bp``)."""
+    parsed.upos, parsed.xpos, parsed.upos_probs = decode_tags(np.ones((len(candidates.upos) + 1, 1)), candidates)
+    assert parsed.diagnostics is not None
+    parsed.diagnostics.update(method="bp-joint", tag_candidates=len(candidates.upos))
 
 
 def load_any(directory: str | os.PathLike[str], stored: StoredModel | None = None) -> FirstOrderParser | BPParser:

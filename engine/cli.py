@@ -42,6 +42,7 @@ from engine.evaluation.ud_align import evaluate_ud
 from engine.inference.settings import resolve
 from engine.model.store import ModelError, file_sha256, update_manifest
 from engine.pipeline import MAX_TAG_SAMPLES, SAVED_COMPONENTS, Pipeline
+from engine.text.tag_candidates import CandidateSettings
 from engine.text.treebank_text import raw_text
 from engine.training import options as train_options
 from engine.training.average import average_parsers
@@ -67,6 +68,8 @@ def _load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
                              "first-order models; use --inference bp")
         if args.constraint:
             raise UsageError("--constraint needs --inference bp")
+        if _tag_average(args) == "joint":
+            raise UsageError("--tag-average joint runs BP over tags and links: use --inference bp")
         return pipeline, lambda sentences, labels=True, mixtures=None: model.parse(sentences, args.batch_size, labels,
                                                                                    mixtures)
     if not isinstance(model, BPParser):
@@ -78,8 +81,15 @@ def _load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
         config = resolve(inference, pipeline.manifest, _given_settings(args))
     except ValueError as e:
         raise UsageError(f"--inference {inference}: {e}") from e
-    return pipeline, lambda sentences, labels=True, mixtures=None: model.parse(sentences, config, args.batch_size,
-                                                                               labels, mixtures)
+    if _tag_average(args) == "joint" and inference != "bp":
+        raise UsageError(f"--tag-average joint runs plain BP over tags and links, not --inference {inference}")
+    return pipeline, lambda sentences, labels=True, mixtures=None, candidates=None: model.parse(
+        sentences, config, args.batch_size, labels, mixtures, candidates)
+
+
+def _tag_average(args: argparse.Namespace) -> str:
+    """What is averaged over tag sequences: ``--tag-average``, else the model's default."""
+    return getattr(args, "tag_average", None) or args.pipeline.default_tag_average
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -138,8 +148,19 @@ def _tagged(args: argparse.Namespace, sentences: list[Any], retag: bool,
     """Tag the sentences without UPOS (all with ``retag``) with the model's tagger, in place, drawing
     ``--tag-samples`` sequences for each: (indices tagged, draws per sentence); ``upos_probs`` as in
     ``Pipeline.tag_and_sample``."""
+    args.joint_candidates = None
+    joint: tuple[CandidateSettings, dict[int, Any]] | None = None
+    if _tag_average(args) == "joint":  # tag variables in the parser's graph: candidates, no draws
+        try:
+            settings = CandidateSettings.resolve(args.pipeline.manifest, getattr(args, "tag_candidates", None),
+                                                 getattr(args, "tag_min_marginal", None))
+        except ValueError as e:
+            raise UsageError(str(e)) from e
+        args.joint_candidates = joint = (settings, {})
+        args.tag_samples = 0  # nothing is drawn: what the scores and parses report
     try:
-        return args.pipeline.tag_and_sample(sentences, retag=retag, samples=args.tag_samples, upos_probs=upos_probs)
+        return args.pipeline.tag_and_sample(sentences, retag=retag, samples=args.tag_samples, upos_probs=upos_probs,
+                                            candidates=joint)
     except ModelError as e:
         raise UsageError(f"{args.model}: {e}") from e
 
@@ -148,12 +169,26 @@ def _parse_tagged(args: argparse.Namespace, parse: Any, sentences: list[Any], dr
     """``parse(sentences)``, the marginals of the sentences with tag ``draws`` averaged over them as well
     (``engine.decode.tag_marginal``)."""
     parser = args.pipeline.parser
-    average = getattr(args, "tag_average", None) or args.pipeline.default_tag_average
+    average = _tag_average(args)
+    if average == "joint":
+        return calibrated_all(_parse_joint(args, parse, sentences), None if getattr(args, "calibration", "model")
+                              == "none" else args.pipeline.default_powers)
     parsed = parse_over_tag_samples(sentences, draws, parse, parser.constraint, parser.labeler,
                                     lambda copies, mixtures=None: parse(copies, labels=False, mixtures=mixtures),
                                     average=average)
     return calibrated_all(parsed, None if getattr(args, "calibration", "model") == "none"
                           else args.pipeline.default_powers)
+
+
+def _parse_joint(args: argparse.Namespace, parse: Any, sentences: list[Any]) -> list[Any]:
+    """Parse the sentences jointly with their tags over the candidates ``_tagged`` found (the others, tagged by
+    the user, as they are), and write the tags chosen into the sentences."""
+    found: dict[int, Any] = args.joint_candidates[1] if args.joint_candidates else {}
+    parsed = parse(sentences, candidates=[found.get(i) for i in range(len(sentences))])
+    for sentence, p in zip(sentences, parsed, strict=True):
+        if p.upos is not None:
+            sentence.upos, sentence.xpos = list(p.upos), list(p.xpos)
+    return parsed
 
 
 def _check_tag_samples(args: argparse.Namespace) -> None:
@@ -292,6 +327,9 @@ def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any],
     tagged, draws = (_tagged(args, inputs, retag=True, upos_probs=upos_probs) if predicted
                      else ([], [[] for _ in inputs]))
     parsed = _parse_tagged(args, parse, inputs, draws)
+    for i, p in enumerate(parsed):  # joint tags: the chosen UPOS's belief
+        if p.upos_probs is not None:
+            upos_probs[i] = p.upos_probs
     scores = attachment_scores(gold, [p.heads for p in parsed], [p.deprels for p in parsed],
                                [p.head_probs for p in parsed], reliability=getattr(args, "reliability", False))
     upos = ([s.upos for s in inputs], [upos_probs[i] for i in range(len(inputs))]) if predicted else None

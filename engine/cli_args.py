@@ -11,6 +11,7 @@ from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TAG_AVERAGES
 from engine.inference.bp import SCHEDULES
 from engine.inference.settings import method_settings
 from engine.text.layout import BLANK_LINE_MARKS, DEFAULT_BLANK_LINE
+from engine.text.tag_candidates import CANDIDATE_MIN_MARGINAL, TAG_CANDIDATES
 from engine.training import options as train_options
 from engine.training.morphology import MORPHOLOGY_COMPONENTS
 
@@ -78,7 +79,15 @@ def _add_model_io(p: argparse.ArgumentParser) -> None:
                    help="with tag samples, what is averaged over the tag sequences: 'marginals' (a parse per "
                    "distinct sequence; better calibrated) or 'potentials' (one parse per sentence over the "
                    "factors' potentials averaged across the sequences; faster); default: the model's (manifest "
-                   f"inference.tag_average, else {DEFAULT_TAG_AVERAGE})")
+                   f"inference.tag_average, else {DEFAULT_TAG_AVERAGE}); 'joint': no samples, the tags are "
+                   "variables of the BP parser's factor graph over each word's candidate tags (--tag-candidates)")
+    p.add_argument("--tag-candidates", type=int, default=None, metavar="K",
+                   help="with --tag-average joint: at most K candidate tags per word (default: the model's, manifest "
+                   f"inference.tag_candidates.k, else {TAG_CANDIDATES})")
+    p.add_argument("--tag-min-marginal", type=float, default=None, metavar="P",
+                   help="with --tag-average joint: a tag besides the tagger's best is a candidate if its tagger "
+                   "marginal is at least P (default: the model's, inference.tag_candidates.min_marginal, else "
+                   f"{CANDIDATE_MIN_MARGINAL})")
 
 
 def _default(method: str, name: str) -> Any:

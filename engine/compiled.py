@@ -5,7 +5,8 @@ cached on disk (``cache=True``: beside the sources, or under ``NUMBA_CACHE_DIR``
 ``warm_up`` makes those first calls on tiny inputs of every type the parsers use, so that a service answers
 its first request at full speed and a container image can carry the compiled code (the Dockerfile runs it
 at build time). Kernels: ``engine.scoring.fused`` (arc potentials straight from the tokens, one per weight
-table type) and ``engine.features.second_order`` (hashing of higher-order features).
+table type), ``engine.features.second_order`` (hashing of higher-order features) and ``engine.graph.tags``
+(TAGLINK and CHAIN messages of joint tagging and parsing).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 from engine.features.extract import FeatureExtractor
 from engine.features.second_order import default_second_order, extract_triples
 from engine.features.templates import ArcTemplate
+from engine.graph.tags import TagChain, TagLink
 from engine.scoring.fused import ArcScorer
 
 
@@ -41,6 +43,10 @@ def warm_up() -> float:
     triples = np.array([[0, 1], [1, 2], [2, 3]])
     for family in ("grand", "sib"):
         extract_triples(tokens[0], tuple(default_second_order([family])), triples, 1 << 10)
+    allowed = np.array([[True, False], [True, True], [True, True]])
+    TagLink(2, np.array([0, 1]), np.array([1, 2]), np.zeros((2, 2, 2)), allowed).propagate(
+        np.zeros(2), np.zeros((2, 2)), np.zeros((2, 2)))
+    TagChain(np.zeros((1, 2, 2)), np.zeros(2), np.zeros(2), allowed).propagate(np.zeros((2, 2)))
     return time.perf_counter() - start
 
 

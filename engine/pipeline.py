@@ -36,6 +36,7 @@ from engine.inference.settings import check_manifest
 from engine.model.store import ModelError, load_model
 from engine.parser import FirstOrderParser
 from engine.text.layout import DEFAULT_BLANK_LINE
+from engine.text.tag_candidates import CandidateSettings, TagCandidates
 
 COMPONENTS = ("tokenizer", "tagger", "parser", "labeler", "lemmatizer", "morph")
 SAVED_COMPONENTS = tuple(name for name in COMPONENTS if name != "parser")
@@ -138,6 +139,7 @@ class Pipeline:
         try:
             check_manifest(stored.manifest)
             check_tag_average((stored.manifest.get("inference") or {}).get("tag_average", DEFAULT_TAG_AVERAGE))
+            CandidateSettings.resolve(stored.manifest)
             manifest_calibration(stored.manifest.get("inference"))
         except ValueError as e:
             raise ModelError(f"{directory}: {e}") from e
@@ -178,18 +180,25 @@ class Pipeline:
         return self.tag_and_sample(sentences, retag)[0]
 
     def tag_and_sample(self, sentences: Sequence[Sentence], retag: bool = False, samples: int = 0,
-                       upos_probs: dict[int, np.ndarray] | None = None) -> tuple[list[int], list[list[TagSequence]]]:
+                       upos_probs: dict[int, np.ndarray] | None = None,
+                       candidates: tuple[CandidateSettings, dict[int, TagCandidates]] | None = None,
+                       ) -> tuple[list[int], list[list[TagSequence]]]:
         """``tag``, and in the same pass ``samples`` (UPOS, XPOS) sequences drawn from the tagger's posterior
         for each sentence it tagged (none for the others): the indices tagged and the ``samples`` argument
         of ``engine.decode.tag_marginal.parse_over_tag_samples``. Given ``upos_probs``, it gets each tagged
-        sentence's tagger marginals of its chosen UPOS tags (by index)."""
+        sentence's tagger marginals of its chosen UPOS tags (by index); given ``candidates`` = (settings, a
+        dict), the dict gets each tagged sentence's candidate tags for joint parsing (``BPParser.parse``)."""
         draws: list[list[TagSequence]] = [[] for _ in sentences]
         todo = [i for i, s in enumerate(sentences) if retag or untagged(s)]
         if not todo:
             return [], draws
         if self.tagger is None:
             raise ModelError("this model has no tagger: the input needs UPOS tags")
-        for i, result in zip(todo, self.tagger.tag([sentences[i] for i in todo], samples=samples), strict=True):
+        found = self.tagger.tag([sentences[i] for i in todo], samples=samples,
+                                candidates=None if candidates is None else candidates[0])
+        for i, result in zip(todo, found, strict=True):
+            if candidates is not None and result.candidates is not None:
+                candidates[1][i] = result.candidates
             sentences[i].upos = list(result.upos)
             sentences[i].xpos = list(result.xpos)
             draws[i] = result.samples

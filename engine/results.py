@@ -112,6 +112,11 @@ class ParsedSentence:
     # (n, L) label distributions on the tree when they were averaged over tag samples (engine.decode.tag_marginal);
     # None: the labeller's on the tree (engine.decode.conformal.label_rows computes them when needed)
     label_dists: np.ndarray | None = None
+    # joint tagging and parsing (``--tag-average joint``): the tags chosen from the tag beliefs and the chosen
+    # UPOS's belief per word; None when the tags came from the tagger alone (or the user)
+    upos: list[str] | None = None
+    xpos: list[str] | None = None
+    upos_probs: np.ndarray | None = None
 
 
 UNLABELLED: tuple[list[str], np.ndarray] = ([], np.zeros(0))  # the labels of a parse asked for without them

@@ -63,7 +63,9 @@ def with_tag_copies(sentences: Sequence[Any], draws: Sequence[Sequence[TagSequen
     return [c for s, d in zip(sentences, draws, strict=True) for c in (s, *(retagged(s, tags) for tags in d))]
 
 
-TAG_AVERAGES = ("marginals", "potentials")  # what is averaged over the tag sequences (module docstring)
+# what is averaged over the tag sequences (module docstring); "joint" averages nothing: the tags are variables
+# of the parser's factor graph (engine.inference.joint_bp, BPParser.parse_joint) and no sequence is drawn
+TAG_AVERAGES = ("marginals", "potentials", "joint")
 DEFAULT_TAG_AVERAGE = "marginals"
 
 
@@ -119,7 +121,8 @@ def parse_over_tag_samples(
     single-tagging parse."""
     if len(samples) != len(sentences):
         raise ValueError(f"{len(sentences)} sentences but {len(samples)} sample lists")
-    check_tag_average(average)
+    if check_tag_average(average) == "joint":
+        raise ValueError("joint tags are parsed by BPParser.parse with candidates, not over tag samples")
     best_weight, distinct = distinct_draws(sentences, samples)
     if not any(samples):
         return parse(list(sentences))

@@ -341,6 +341,43 @@ class ArcScorer:
         return out
 
 
+    def candidate_scores(self, sentence: Tokens, upos: Sequence[Sequence[str]], xpos: Sequence[Sequence[str]],
+                         heads: np.ndarray, deps: np.ndarray) -> np.ndarray:
+        """TAGLINK potentials (``engine.graph.tags``): ``theta[j, a, b]`` (A, g, g), the score under the first
+        weight vector of arc ``heads[j] -> deps[j]`` when the head's own UPOS and XPOS are its candidate ``a``
+        (``upos[h - 1][a]``, ``xpos[h - 1][a]``) and the dependent's its candidate ``b``; ``-inf`` where a slot is
+        not a candidate (ROOT has slot 0 only). Only the head's and the dependent's *own* tags change: the
+        templates that read other words' tags (``upos_prev``, ``xpos_next``, ..., the "between" tags) read the
+        sentence's tags (its 1-best), and so do the higher-order factors. Each candidate slot ``c`` is one copy
+        of the sentence whose words carry their ``c``-th candidate as own tags, hashed into per-word template
+        halves once (O(g n K)); pair ``(a, b)`` joins the head halves of copy ``a`` to the dependent halves of
+        copy ``b`` in ``_listed_kernel``, only for the candidate pairs of the listed arcs (O(A g^2 K))."""
+        n, g = len(sentence.forms), max(len(u) for u in upos)
+        codes, tags = self.codes([sentence])
+        copies = np.repeat(codes, g, axis=0)
+        for col, attr in enumerate(self.attrs):
+            if attr in ("upos", "xpos"):
+                rows = upos if attr == "upos" else xpos
+                for c in range(g):
+                    copies[c, :, col] = hash_strings(["<ROOT>", *(r[c] if c < len(r) else r[0] for r in rows)])
+        halves = _halves(copies, self.seeds, self.head), _halves(copies, self.dep_seeds, self.dep)
+        count = np.array([1, *(len(u) for u in upos)])
+        grid = np.arange(g)
+        ok = (grid[None, :, None] < count[heads][:, None, None]) & (grid[None, None, :] < count[deps][:, None, None])
+        j, a, b = np.nonzero(ok)
+        listed = np.stack([a * g + b, heads[j], deps[j]], axis=1).astype(np.int64)
+        pairs = g * g
+        out = np.empty(len(listed))
+        dir_codes, dist_codes = _context_codes(n)
+        _listed_kernel(np.repeat(halves[0], g, axis=0), np.tile(halves[1], (g, 1, 1)), self.contexts, self.between,
+                       dir_codes, dist_codes, np.repeat(tags, pairs, axis=0), self.tag_codes,
+                       np.uint64(self.extractor.dim - 1), self.tables[0], HALF_VALUES, np.arange(pairs),
+                       np.ones((pairs, n + 1), dtype=np.bool_), listed, np.zeros(len(listed)), out)
+        theta = np.full((len(heads), g, g), -np.inf)
+        theta[j, a, b] = out
+        return theta
+
+
 def fused_arc_scores(extractor: FeatureExtractor, sentences: Sequence[Tokens],
                      weights: Sequence[np.ndarray]) -> list[np.ndarray]:
     """For each weight vector (at least ``extractor.dim`` long), the arc potentials (B, n+1, n+1) that

@@ -48,6 +48,7 @@ from engine.text.crf import (  # noqa: F401 (chain kernels re-exported for their
     chain_score,
     chain_viterbi,
 )
+from engine.text.tag_candidates import CandidateSettings, TagCandidates, choose_states, restrict
 from engine.text.tagger_features import (  # noqa: F401 (feature extraction re-exported for its users)
     LEXICONS,
     HasForms,
@@ -77,6 +78,7 @@ class TagResult:
     upos_marginals: np.ndarray  # (n, n_upos), rows sum to 1
     xpos_marginals: np.ndarray  # (n, n_xpos)
     samples: list[tuple[list[str], list[str]]] = field(default_factory=list)  # (UPOS, XPOS) draws from p(y | x)
+    candidates: TagCandidates | None = None  # the CRF restricted to each word's candidate states (joint BP)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -262,7 +264,8 @@ class Tagger:
         return tagger
 
     # -- tagging ------------------------------------------------------------------------------------------
-    def tag(self, sentences: Sequence[HasForms], *, batch_size: int = 64, samples: int = 0) -> list[TagResult]:
+    def tag(self, sentences: Sequence[HasForms], *, batch_size: int = 64, samples: int = 0,
+            candidates: CandidateSettings | None = None) -> list[TagResult]:
         """Viterbi tags and forward-backward marginals of every sentence (given in any order and length), and
         ``samples`` (UPOS, XPOS) sequences per sentence drawn from the posterior ``p(y | x)``
         (``chain_sample``; each sentence's uniform numbers come from a generator seeded by its words, so a
@@ -283,8 +286,8 @@ class Tagger:
             em = crf.emissions(ids[tok])
             marginals = chain_forward_backward(em, crf.transition).unary
             k = min(self.viterbi_candidates, marginals.shape[-1])
-            candidates = np.argpartition(-marginals, k - 1, axis=-1)[..., :k]
-            path = crf.states[chain_viterbi(em, crf.transition, candidates)]  # (B, n, 2)
+            best = chain_viterbi(em, crf.transition, np.argpartition(-marginals, k - 1, axis=-1)[..., :k])
+            path = crf.states[best]  # (B, n, 2)
             um, xm = crf.split(marginals)
             drawn = np.zeros((len(idx), 0, n, 2), dtype=np.int64)
             if samples > 0:
@@ -292,8 +295,13 @@ class Tagger:
                                     .random((samples, n)) for i in idx])
                 drawn = crf.states[chain_sample(em, crf.transition, uniform)]  # (B, samples, n, 2)
             for r, i in enumerate(idx):
-                results[i] = TagResult(upos[path[r, :, 0]].tolist(), xpos[path[r, :, 1]].tolist(), um[r], xm[r],
-                                       [(upos[y[:, 0]].tolist(), xpos[y[:, 1]].tolist()) for y in drawn[r]])
+                results[i] = result = TagResult(upos[path[r, :, 0]].tolist(), xpos[path[r, :, 1]].tolist(), um[r],
+                                                xm[r], [(upos[y[:, 0]].tolist(), xpos[y[:, 1]].tolist())
+                                                        for y in drawn[r]])
+                if candidates is not None and n:
+                    states, allowed = choose_states(marginals[r], best[r], candidates)
+                    result.candidates = restrict(em[r], crf.transition, states, allowed,
+                                                 (self.upos_labels, self.xpos_labels, crf.states), marginals[r])
         assert all(r is not None for r in results)
         return results  # type: ignore[return-value]
 

@@ -1,0 +1,230 @@
+"""Factors over tag variables (Smith & Eisner 2008 §3.3-3.4, Table 1): TAG, CHAIN and TAGLINK.
+
+Joint tagging and parsing adds a variable ``T_i`` per word ranging over a small candidate set of tags (the
+tagger's most probable (UPOS, XPOS) states, ``engine.text.tag_candidates``): slot ``c`` of word ``i`` is its
+``c``-th candidate, and words with fewer candidates than the sentence's widest have padding slots, which
+no factor allows (``allowed`` False). Row 0 stands for ROOT: one slot, always allowed, never a variable.
+The factors, besides TREE and the higher-order link factors of ``engine.graph``:
+
+- TAG_i (unary): ``exp(E[i, t])``, the tagger's emission potential of candidate ``t`` (its message is ``E``);
+- CHAIN (global, over ``T_1..T_n``): ``exp(start[t_1] + sum_i A_i[t_i, t_i+1] + end[t_n])``, the tagger's
+  first-order transitions restricted to the candidate sets (``A_i`` (g, g) per position). Propagated by
+  forward-backward: the message to ``T_i`` is the sum over every other tag of the factor times the other
+  incoming messages, O(n g^2) (``TagChain``);
+- TAGLINK_hm (ternary over ``(L_hm, T_h, T_m)``): potential ``exp(theta[h, m, t_h, t_m])`` when ``L_hm``
+  is true and 1 when false; ``theta`` is the parser's first-order score of the arc under tags ``(t_h,
+  t_m)``. For an arc from ROOT only the dependent's tag varies. Its propagator (``TagLink``) sends, from
+  incoming link log-odds ``r`` and tag log-messages ``u`` (head) and ``v`` (dependent), vectorised over
+  the kept arcs in O(A g^2) (Smith & Eisner eq. 4, each sum over the factor's other variables):
+
+      to L:    log sum_{a,b} exp(theta[a, b] + u[a] + v[b]) - log sum_{a,b} exp(u[a] + v[b])   (log-odds)
+      to T_h:  out[a] = log sum_b exp(v[b]) (1 + exp(r + theta[a, b]))
+      to T_m:  out[b] = log sum_a exp(u[a]) (1 + exp(r + theta[a, b]))
+
+Messages to tag variables are log-potentials normalised to log sum exp = 0 over the allowed slots and
+stored as 0 on padding slots; the tag *beliefs* carry ``-inf`` there (through ``E``), so that
+``belief - message`` is ``-inf`` on padding and finite elsewhere. Messages to link variables are log-odds,
+as every family of ``engine.graph.family`` sends. BP over links and tags together is
+``engine.inference.joint_bp``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit  # type: ignore[import-untyped]
+
+from engine.text.tag_candidates import TagCandidates
+
+
+def normalised(log_values: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """``log_values`` minus their log-sum-exp over the ``allowed`` slots of the last axis; 0 on the others."""
+    masked = np.where(allowed, log_values, -np.inf)
+    top = masked.max(axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    total = np.log(np.exp(masked - top).sum(axis=-1, keepdims=True)) + top
+    return np.where(allowed, masked - total, 0.0)
+
+
+class TagLink:
+    """TAGLINK factors of the kept arcs ``(heads[j], deps[j])`` with log-potentials ``theta`` (A, g, g) of
+    ``L = 1`` per candidate slot pair (``-inf`` where a slot is not allowed); ``allowed`` (n+1, g), row 0 ROOT."""
+
+    name = "taglink"
+
+    def __init__(self, n: int, heads: np.ndarray, deps: np.ndarray, theta: np.ndarray, allowed: np.ndarray) -> None:
+        if theta.shape != (len(heads), allowed.shape[1], allowed.shape[1]) or allowed.shape[0] != n + 1:
+            raise ValueError("theta must be (arcs, g, g) and allowed (n+1, g)")
+        self.n, self.heads, self.deps, self.allowed = n, np.asarray(heads), np.asarray(deps), allowed
+        pair = allowed[self.heads][:, :, None] & allowed[self.deps][:, None, :]
+        self.theta = np.where(pair, theta, -np.inf)
+        self.flat = self.heads * (n + 1) + self.deps  # the arcs' indices in a flat (n+1)^2 per-arc array
+        # arcs with a word of several candidates; on the others (both words one slot) the messages are constant:
+        # theta[0, 0] to the link and 0 to the tags, whatever comes in
+        self.varying = np.flatnonzero(pair.reshape(len(pair), -1).sum(axis=1) > 1)
+
+    @property
+    def size(self) -> int:
+        return len(self.heads)
+
+    def propagate(self, link_in: np.ndarray, head_in: np.ndarray, dep_in: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Outgoing (to links (A,) log-odds, to head tags (A, g), to dependent tags (A, g)) from the incoming
+        link log-odds ``link_in`` (A,) and tag log-messages ``head_in``, ``dep_in`` (A, g; ``-inf`` on
+        padding). The module docstring's formulas, computed on the ``varying`` arcs only."""
+        to_link, to_head, to_dep = self.theta[:, 0, 0].copy(), np.zeros(head_in.shape), np.zeros(dep_in.shape)
+        k = self.varying
+        if len(k):
+            to_link[k], to_head[k], to_dep[k] = self._propagate(k, link_in[k], head_in[k], dep_in[k])
+        return to_link, to_head, to_dep
+
+    def _propagate(self, k: np.ndarray, link_in: np.ndarray, head_in: np.ndarray, dep_in: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``propagate`` on the arcs ``k`` (``_taglink_kernel``: numpy's per-call overhead on (A, 3, 3) arrays
+        cost more than the arithmetic)."""
+        g = self.allowed.shape[1]
+        to_link, to_head, to_dep = np.empty(len(k)), np.zeros((len(k), g)), np.zeros((len(k), g))
+        r, u, v = (np.ascontiguousarray(x, dtype=np.float64) for x in (link_in, head_in, dep_in))
+        _taglink_kernel(np.ascontiguousarray(self.theta[k]), self.allowed[self.heads[k]], self.allowed[self.deps[k]],
+                        r, u, v, to_link, to_head, to_dep)
+        return to_link, to_head, to_dep
+
+    def log_potential(self, arcs: np.ndarray, slots: np.ndarray) -> float:
+        """Log of the product of the factors on a boolean arc assignment ``arcs`` (n+1, n+1) and a slot per
+        word ``slots`` (n+1,; slot 0 for ROOT): the sum of ``theta`` over the kept arcs that are on."""
+        on = arcs[self.heads, self.deps]
+        return float(self.theta[on, slots[self.heads[on]], slots[self.deps[on]]].sum())
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _log_add(a: float, b: float) -> float:
+    """``log(exp(a) + exp(b))``, ``-inf`` when both are."""
+    top = max(a, b)
+    if top == -np.inf:
+        return -np.inf
+    return top + np.log1p(np.exp(min(a, b) - top))
+
+
+@njit(cache=True, nogil=True)
+def _normalise_row(values: np.ndarray, ok: np.ndarray, out: np.ndarray) -> None:
+    """``out`` = ``values`` minus their log-sum-exp over the ``ok`` slots, ``-inf`` on the others."""
+    total = -np.inf
+    for a in range(len(values)):
+        if ok[a]:
+            total = _log_add(total, values[a])
+    for a in range(len(values)):
+        out[a] = values[a] - total if ok[a] else -np.inf
+
+
+@njit(cache=True, nogil=True)
+def _taglink_kernel(theta: np.ndarray, h_ok: np.ndarray, d_ok: np.ndarray, link_in: np.ndarray, head_in: np.ndarray,
+                    dep_in: np.ndarray, to_link: np.ndarray, to_head: np.ndarray, to_dep: np.ndarray) -> None:
+    """TAGLINK's messages (the module docstring's formulas) arc by arc: ``to_link[j]`` log-odds, ``to_head[j]``
+    and ``to_dep[j]`` normalised over the allowed slots (0 on the others)."""
+    g = theta.shape[1]
+    u, v = np.empty(g), np.empty(g)
+    head, dep = np.empty(g), np.empty(g)
+    for j in range(theta.shape[0]):
+        _normalise_row(head_in[j], h_ok[j], u)
+        _normalise_row(dep_in[j], d_ok[j], v)
+        on_sum = -np.inf
+        head[:] = -np.inf
+        dep[:] = -np.inf
+        for a in range(g):
+            for b in range(g):
+                if not (h_ok[j, a] and d_ok[j, b]):
+                    continue
+                on_sum = _log_add(on_sum, theta[j, a, b] + u[a] + v[b])
+                either = _log_add(0.0, link_in[j] + theta[j, a, b])  # log(1 + exp(r + theta))
+                head[a] = _log_add(head[a], either + v[b])
+                dep[b] = _log_add(dep[b], either + u[a])
+        to_link[j] = on_sum  # the L = 0 sum is 1: u and v are normalised
+        _normalise_row(head, h_ok[j], u)
+        _normalise_row(dep, d_ok[j], v)
+        for a in range(g):
+            to_head[j, a] = u[a] if h_ok[j, a] else 0.0
+            to_dep[j, a] = v[a] if d_ok[j, a] else 0.0
+
+
+@njit(cache=True, nogil=True)
+def _lse(x: np.ndarray) -> float:
+    top = x.max()
+    if top == -np.inf:
+        return -np.inf
+    return top + np.log(np.exp(x - top).sum())
+
+
+@njit(cache=True, nogil=True)
+def _chain_messages(incoming: np.ndarray, transitions: np.ndarray, start: np.ndarray, end: np.ndarray,
+                    out: np.ndarray) -> None:
+    """``out[i, a]`` = log of the chain's potential summed over every tagging with ``t_i = a``, each weighted
+    by the incoming messages of the *other* positions: forward scores without position i's message times
+    backward scores (forward-backward in log space, Lafferty et al. 2001 §3, on per-position transitions)."""
+    n, g = incoming.shape
+    alpha = np.empty((n, g))
+    beta = np.empty((n, g))
+    scratch = np.empty(g)
+    for a in range(g):
+        out[0, a] = start[a]  # the forward part of out: everything left of i, i's own message excluded
+        alpha[0, a] = start[a] + incoming[0, a]
+    for i in range(1, n):
+        for b in range(g):
+            for a in range(g):
+                scratch[a] = alpha[i - 1, a] + transitions[i - 1, a, b]
+            out[i, b] = _lse(scratch)
+            alpha[i, b] = out[i, b] + incoming[i, b]
+    for a in range(g):
+        beta[n - 1, a] = end[a]
+    for i in range(n - 2, -1, -1):
+        for a in range(g):
+            for b in range(g):
+                scratch[b] = transitions[i, a, b] + incoming[i + 1, b] + beta[i + 1, b]
+            beta[i, a] = _lse(scratch)
+    for i in range(n):
+        for a in range(g):
+            out[i, a] += beta[i, a]
+
+
+class TagChain:
+    """CHAIN over ``T_1..T_n``: log-potentials ``transitions`` (n-1, g, g), ``start`` and ``end`` (g,) of the
+    candidate slots (padding slots are excluded through ``allowed`` (n+1, g), row 0 ROOT)."""
+
+    name = "chain"
+
+    def __init__(self, transitions: np.ndarray, start: np.ndarray, end: np.ndarray, allowed: np.ndarray) -> None:
+        n, g = allowed.shape[0] - 1, allowed.shape[1]
+        if transitions.shape != (max(n - 1, 0), g, g) or start.shape != (g,) or end.shape != (g,):
+            raise ValueError("transitions must be (n-1, g, g), start and end (g,)")
+        self.n, self.allowed = n, allowed
+        self.transitions = np.ascontiguousarray(transitions, dtype=np.float64)
+        self.start = np.ascontiguousarray(start, dtype=np.float64)
+        self.end = np.ascontiguousarray(end, dtype=np.float64)
+
+    def propagate(self, incoming: np.ndarray) -> np.ndarray:
+        """Messages (n, g) to ``T_1..T_n`` from incoming log-messages (n, g; ``-inf`` on padding)."""
+        words = self.allowed[1:]
+        inc = np.ascontiguousarray(np.where(words, incoming, -np.inf))
+        out = np.empty(inc.shape)
+        if self.n:
+            _chain_messages(inc, self.transitions, self.start, self.end, out)
+        return normalised(out, words)
+
+    def log_potential(self, slots: np.ndarray) -> float:
+        """The chain's log-potential of a slot per word ``slots`` (n+1,; entry 0, ROOT, ignored)."""
+        t = slots[1:]
+        if not len(t):
+            return 0.0
+        inner = self.transitions[np.arange(len(t) - 1), t[:-1], t[1:]].sum()
+        return float(self.start[t[0]] + inner + self.end[t[-1]])
+
+
+def joint_factors(n: int, heads: np.ndarray, deps: np.ndarray, theta: np.ndarray, candidates: TagCandidates
+                  ) -> tuple[TagLink, TagChain, np.ndarray]:
+    """TAGLINK over the kept arcs ``(heads, deps)`` with potentials ``theta`` (A, g, g), CHAIN, and the TAG
+    emissions (n+1, g) of one sentence's candidate tags (``engine.text.tag_candidates``), ROOT as row 0."""
+    g = candidates.allowed.shape[1]
+    root = np.arange(g) == 0
+    allowed = np.vstack([root, candidates.allowed])
+    emissions = np.vstack([np.where(root, 0.0, -np.inf), candidates.emissions])
+    return (TagLink(n, heads, deps, theta, allowed), TagChain(candidates.transitions, candidates.start,
+                                                              candidates.end, allowed), emissions)
+

@@ -1,0 +1,156 @@
+"""Loopy BP over link *and* tag variables (Smith & Eisner 2008 §3.4, §4): tags and links negotiate.
+
+The factor graph is the BP parser's (TREE first, then the higher-order link families of
+``engine.graph``) with LINK replaced by TAGLINK, plus TAG_i and CHAIN over the tag variables
+(``engine.graph.tags``). State, all in log space:
+
+- ``b``: link log-odds beliefs, flat over the (n+1)^2 arcs: the sum of every link family's scattered messages
+  and TAGLINK's messages to its links;
+- ``tags``: tag log-beliefs (n+1, g), row 0 ROOT: the TAG emissions ``E`` (``-inf`` on padding slots) plus
+  CHAIN's messages plus the sum of TAGLINK's messages to each word as a head and as a dependent.
+
+A factor reads ``belief - its own message`` (Smith & Eisner eq. 3) and its update adds ``new - old`` to the
+beliefs of its variables (eq. 4-5). Messages start uninformative except two, as LINK's do in
+``engine.inference.bp``: CHAIN's (one update from the TAG emissions, so the tags start at the tagger's
+posterior over the candidate sets) and TAGLINK's to the links (one update from those tag beliefs and link
+log-odds 0; its messages to the tags start at 0). The ``serial`` schedule visits TREE, TAGLINK, CHAIN,
+the other link families, then back in reverse (``engine.inference.bp.stages``); a visit right after the
+same unit's previous one is skipped (its incoming messages did not change). BP stops after
+``max_iterations``, or once no link belief and no tag belief has moved by more than ``tolerance`` in an
+iteration. With a single candidate per word TAGLINK sends the arc scores whatever it receives and the tag
+messages are constant: the run is ``run_bp`` on TREE + LINK + the same families, to rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import expit
+
+from engine.graph.family import FactorFamily
+from engine.graph.tags import TagChain, TagLink, normalised
+from engine.inference.bp import BPConfig, BPResult, stages
+
+
+@dataclass
+class JointResult:
+    """Link beliefs and diagnostics as ``run_bp`` returns them (``links``; families in the order given,
+    ``incoming[0]`` TREE's incoming messages), and the tag beliefs (n+1, g): probabilities per word over its
+    candidate slots (0 on padding; row 0, ROOT, is slot 0 with probability 1)."""
+
+    links: BPResult
+    tags: np.ndarray
+
+
+class _State:
+    """The messages and beliefs of one run (see the module docstring), with one update per unit."""
+
+    def __init__(self, families: Sequence[FactorFamily], valid: np.ndarray, taglink: TagLink, chain: TagChain,
+                 emissions: np.ndarray, clip: float) -> None:
+        self.families, self.valid, self.taglink, self.chain, self.clip = families, valid, taglink, chain, clip
+        self.allowed = taglink.allowed
+        self.packed = [f.initial_packed() for f in families]
+        self.b = np.zeros(valid.size)
+        for f, m in zip(families, self.packed, strict=True):
+            self.b += f.scatter_flat(m)
+        self.tags = np.where(self.allowed, emissions, -np.inf)
+        self.read_b, self.read_tags = self.b, self.tags  # what updates read: the live beliefs (serial), or not
+        g = self.allowed.shape[1]
+        self.to_link = np.zeros(taglink.size)
+        self.to_head = np.zeros((taglink.size, g))
+        self.to_dep = np.zeros((taglink.size, g))
+        self.to_chain_tags = np.zeros(self.tags.shape)
+        self.update_chain()
+        link, _, _ = taglink.propagate(np.zeros(taglink.size), self.tags[taglink.heads], self.tags[taglink.deps])
+        self._set_links(link)
+
+    def _set_links(self, new: np.ndarray) -> None:
+        new = np.minimum(np.maximum(new, -self.clip), self.clip)
+        self.b[self.taglink.flat] += new - self.to_link
+        self.to_link = new
+
+    def update_family(self, i: int) -> None:
+        f = self.families[i]
+        raw = f.propagate_flat(f.gather_flat(self.read_b) - self.packed[i])
+        new = np.minimum(np.maximum(raw, -self.clip), self.clip)
+        self.b += f.scatter_flat(new - self.packed[i])
+        self.packed[i] = new
+
+    def update_taglink(self) -> None:
+        tl = self.taglink
+        link, head, dep = tl.propagate(self.read_b[tl.flat] - self.to_link, self.read_tags[tl.heads] - self.to_head,
+                                       self.read_tags[tl.deps] - self.to_dep)
+        self._set_links(link)
+        change = np.zeros(self.tags.shape)
+        k = tl.varying  # the other arcs' tag messages stay 0
+        np.add.at(change, tl.heads[k], head[k] - self.to_head[k])
+        np.add.at(change, tl.deps[k], dep[k] - self.to_dep[k])
+        self.tags += np.where(self.allowed, change, 0.0)
+        self.to_head, self.to_dep = head, dep
+
+    def update_chain(self) -> None:
+        new = np.zeros(self.tags.shape)
+        new[1:] = self.chain.propagate(self.read_tags[1:] - self.to_chain_tags[1:])
+        self.tags += np.where(self.allowed, new - self.to_chain_tags, 0.0)
+        self.to_chain_tags = new
+
+    def stage(self, units: Sequence[int]) -> None:
+        """Update ``units``, all reading the beliefs as they were before the first (flooding); one unit reads
+        the live beliefs."""
+        if len(units) > 1:
+            self.read_b, self.read_tags = self.b.copy(), self.tags.copy()
+        for unit in units:
+            self.visit(unit)
+        self.read_b, self.read_tags = self.b, self.tags
+
+    def visit(self, unit: int) -> None:
+        """Unit 0: TREE (families[0]); 1: TAGLINK; 2: CHAIN; 3 + k: families[1 + k]."""
+        if unit == 1:
+            self.update_taglink()
+        elif unit == 2:
+            self.update_chain()
+        else:
+            self.update_family(0 if unit == 0 else unit - 2)
+
+    def probabilities(self) -> tuple[np.ndarray, np.ndarray]:
+        """Link beliefs b(L = 1) (flat) and tag beliefs (n+1, g) as probabilities."""
+        return expit(self.b), np.where(self.allowed, np.exp(normalised(self.tags, self.allowed)), 0.0)
+
+
+def run_joint_bp(families: Sequence[FactorFamily], valid: np.ndarray, taglink: TagLink, chain: TagChain,
+                 emissions: np.ndarray, config: BPConfig | None = None) -> JointResult:
+    """BP on one sentence's joint graph: ``families`` the link families with TREE first (no LINK: TAGLINK
+    holds the arc scores), ``emissions`` (n+1, g) the TAG log-potentials (row 0 ROOT). Damping and tapes
+    are not supported (ValueError). ``config``: BP's defaults when None."""
+    config = config or BPConfig()
+    if config.damping or config.keep_tape:
+        raise ValueError("joint BP over tags has no damping and no tape")
+    state = _State(families, valid, taglink, chain, emissions, config.clip)
+    plan = stages(len(families) + 2, config.schedule)
+    links, tags = state.probabilities()
+    last: list[int] = []
+    residual, iterations = np.inf, 0
+    while iterations < config.max_iterations:
+        iterations += 1
+        for stage in plan:
+            if stage != last or len(stage) > 1:  # a unit right after itself reads what it read last time
+                state.stage(stage)
+            last = stage
+        new_links, new_tags = state.probabilities()
+        residual = max(float(np.abs(new_links - links).max(initial=0.0)), float(np.abs(new_tags - tags).max()))
+        links, tags = new_links, new_tags
+        if residual < config.tolerance:
+            break
+    return JointResult(_links_result(state, iterations, residual, config), tags)
+
+
+def _links_result(state: _State, iterations: int, residual: float, config: BPConfig) -> BPResult:
+    """The link side of a finished run as ``run_bp`` reports it (beliefs 0 and log-odds -inf off the arcs)."""
+    valid = state.valid
+    log_odds = np.where(valid, state.b.reshape(valid.shape), -np.inf)
+    messages = [f.unpack(m) for f, m in zip(state.families, state.packed, strict=True)]
+    incoming = [f.unpack(f.gather_flat(state.b) - m) for f, m in zip(state.families, state.packed, strict=True)]
+    return BPResult(expit(log_odds), log_odds, messages, incoming, iterations, residual < config.tolerance,
+                    residual)

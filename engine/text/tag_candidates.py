@@ -1,0 +1,107 @@
+"""Candidate tags per word for joint tagging and parsing (Smith & Eisner 2008 §3.4; issue 23).
+
+BP over tag variables (``engine.graph.tags``) needs each word's domain small: a word's candidates are its
+tagger 1-best state (the Viterbi path's (UPOS, XPOS) state, always slot 0, so that a word with one candidate
+keeps today's tag) followed by its other states in decreasing tagger marginal, at most ``TAG_CANDIDATES``
+in all, each with a marginal of at least ``CANDIDATE_MIN_MARGINAL`` (a state the tagger gives less is
+pruned: on EWT dev most words keep a single candidate, and each of the others multiplies the arc scores to
+compute by up to ``TAG_CANDIDATES``). Those two defaults are declared here once (0.2 chosen on EWT dev among
+0.001, 0.1, 0.2, 0.3, 0.45: docs/joint-tags.md); a model's manifest can give its own
+(``inference.tag_candidates`` = ``{"k": 3, "min_marginal": 0.2}``) and the command line overrides both.
+
+The candidates restrict the tagger's CRF (``engine.text.tagger``): TAG_i is its emission log-potential of
+each candidate state, CHAIN its transitions between the candidates of neighbouring words and its start and
+end scores. Padding slots (a word with fewer candidates than the sentence's widest) have emission ``-inf``.
+``mass`` and ``rest`` keep what pruning left out of the tagger's posterior, so that a word's reported UPOS
+probability can count it (``engine.decode.joint_tags``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+TAG_CANDIDATES = 3  # at most this many candidate states per word
+CANDIDATE_MIN_MARGINAL = 0.2  # states below this tagger marginal are not candidates (the 1-best always is)
+
+
+@dataclass(frozen=True)
+class CandidateSettings:
+    """How many candidates per word at most (``k`` >= 1) and the smallest tagger marginal of a candidate
+    besides the 1-best (``min_marginal`` in [0, 1])."""
+
+    k: int = TAG_CANDIDATES
+    min_marginal: float = CANDIDATE_MIN_MARGINAL
+
+    def __post_init__(self) -> None:
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise ValueError(f"tag_candidates.k must be an integer >= 1, got {self.k!r}")
+        if not 0.0 <= float(self.min_marginal) <= 1.0:
+            raise ValueError(f"tag_candidates.min_marginal must be in [0, 1], got {self.min_marginal!r}")
+
+    @classmethod
+    def resolve(cls, manifest: Mapping[str, Any] | None, k: int | None = None,
+                min_marginal: float | None = None) -> CandidateSettings:
+        """The user's values where given, else the manifest's ``inference.tag_candidates``, else the defaults."""
+        block = ((manifest or {}).get("inference") or {}).get("tag_candidates") or {}
+        if not isinstance(block, Mapping) or set(block) - {"k", "min_marginal"}:
+            raise ValueError(f"inference.tag_candidates must be an object with k and min_marginal, got {block!r}")
+        return cls(k if k is not None else block.get("k", TAG_CANDIDATES),
+                   min_marginal if min_marginal is not None else block.get("min_marginal", CANDIDATE_MIN_MARGINAL))
+
+
+@dataclass
+class TagCandidates:
+    """One sentence's candidate states (n words, g slots; slot 0 the 1-best) and the CRF restricted to them."""
+
+    states: np.ndarray  # (n, g) int64 tagger state indices (padding: the 1-best state again)
+    allowed: np.ndarray  # (n, g) bool
+    upos: list[list[str]]  # per word, its candidates' UPOS (allowed slots only)
+    xpos: list[list[str]]
+    emissions: np.ndarray  # (n, g) TAG log-potentials, -inf on padding
+    transitions: np.ndarray  # (n-1, g, g) CHAIN log-potentials between neighbouring words' slots
+    start: np.ndarray  # (g,) log-potential of the first word's slots
+    end: np.ndarray  # (g,) of the last word's
+    mass: np.ndarray  # (n,) the tagger's marginal probability of each word's candidate states together
+    rest: np.ndarray  # (n, g) the tagger's marginal of the pruned states with the UPOS of each slot
+
+
+def choose_states(marginals: np.ndarray, best: np.ndarray, settings: CandidateSettings) -> tuple[np.ndarray,
+                                                                                               np.ndarray]:
+    """Per word of one sentence, its candidate states (n, g) and which slots are used (n, g): ``best`` (n,)
+    first, then the other states by decreasing ``marginals`` (n, S) down to ``settings.min_marginal``."""
+    n, s = marginals.shape
+    k = min(settings.k, s)
+    others = np.where(np.arange(s)[None, :] == best[:, None], -1.0, marginals)
+    order = np.argsort(-others, axis=1, kind="stable")[:, : k - 1]
+    states = np.concatenate([best[:, None], order], axis=1)
+    keep = np.concatenate([np.ones((n, 1), bool),
+                           np.take_along_axis(others, order, axis=1) >= settings.min_marginal], axis=1)
+    width = int(keep.sum(axis=1).max(initial=1))
+    states, keep = states[:, :width], keep[:, :width]
+    return np.where(keep, states, best[:, None]), keep
+
+
+def restrict(emissions: np.ndarray, transitions: np.ndarray, states: np.ndarray, allowed: np.ndarray,
+             labels: tuple[list[str], list[str], np.ndarray], marginals: np.ndarray) -> TagCandidates:
+    """The CRF of one sentence (emissions (n, S), transitions (S+1, S+1) with the start row and end column
+    last) restricted to the candidate ``states``; ``labels`` = (UPOS labels, XPOS labels, the (S, 2) states);
+    ``marginals`` (n, S) the tagger's state marginals (for ``mass`` and ``rest``)."""
+    upos_labels, xpos_labels, pairs = labels
+    kept = np.where(allowed, np.take_along_axis(marginals, states, axis=1), 0.0)
+    slot_upos = pairs[states, 0]
+    by_upos = np.zeros((len(marginals), len(upos_labels)))
+    np.add.at(by_upos, (np.repeat(np.arange(len(marginals)), marginals.shape[1]), np.tile(pairs[:, 0], len(marginals))),
+              marginals.reshape(-1))
+    same = (slot_upos[:, :, None] == slot_upos[:, None, :]) & allowed[:, None, :]
+    rest = np.maximum(np.take_along_axis(by_upos, slot_upos, axis=1) - (same * kept[:, None, :]).sum(axis=2), 0.0)
+    end_state = transitions.shape[0] - 1
+    em = np.where(allowed, np.take_along_axis(emissions, states, axis=1), -np.inf)
+    trans = transitions[states[:-1, :, None], states[1:, None, :]]
+    upos = [[upos_labels[pairs[t, 0]] for t in row[ok]] for row, ok in zip(states, allowed, strict=True)]
+    xpos = [[xpos_labels[pairs[t, 1]] for t in row[ok]] for row, ok in zip(states, allowed, strict=True)]
+    return TagCandidates(states, allowed, upos, xpos, em, trans, transitions[end_state, states[0]],
+                         transitions[states[-1], end_state], kept.sum(axis=1), rest)

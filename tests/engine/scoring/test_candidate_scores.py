@@ -1,0 +1,63 @@
+"""TAGLINK potentials (ArcScorer.candidate_scores) against extract + arc_scores with the head's and the
+dependent's own tags replaced and every other word's tags (neighbours, words in between) left at the 1-best."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import engine.features.extract as extract
+from engine.features.extract import FeatureExtractor
+from engine.features.templates import ArcTemplate, default_first_order
+from engine.scoring.fused import ArcScorer
+from engine.scoring.potentials import arc_scores
+
+
+class Toks:
+    def __init__(self, forms: list[str], upos: list[str], xpos: list[str]) -> None:
+        self.forms, self.upos, self.xpos = forms, upos, xpos
+        self.own: dict[str, list[str]] | None = None  # own tags that differ from upos/xpos (test only)
+
+
+def _own_tags(original):  # type: ignore[no-untyped-def]
+    """``token_attribute`` that reads a word's *own* UPOS/XPOS from ``sent.own`` when set (the neighbours'
+    ``*_prev``/``*_next`` and the "between" tags keep the sentence's tags)."""
+    def attribute(sent, attr):  # type: ignore[no-untyped-def]
+        if getattr(sent, "own", None) and attr in ("upos", "xpos"):
+            return ["<ROOT>", *sent.own[attr]]
+        return original(sent, attr)
+    return attribute
+
+
+EXTRACTORS = [FeatureExtractor(tuple(default_first_order()), 1 << 12),
+              FeatureExtractor((ArcTemplate(("upos",), ("upos",), "dir", between=True),
+                                ArcTemplate(("upos", "upos_next"), ("xpos_prev", "xpos"), "dist"),
+                                ArcTemplate(("xpos",), ("form",), "none")), 97)]
+
+
+@pytest.mark.parametrize("extractor", EXTRACTORS)
+def test_candidate_scores_equal_retagged_own_tags(extractor: FeatureExtractor, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(3)
+    weights = rng.normal(size=extractor.dim)
+    weights[0] = 0.2
+    sentence = Toks(["The", "dog", "runs", "fast"], ["DET", "NOUN", "VERB", "ADV"], ["DT", "NN", "VBZ", "RB"])
+    upos = [["DET"], ["NOUN", "VERB", "PROPN"], ["VERB", "NOUN"], ["ADV", "ADJ", "NOUN"]]
+    xpos = [["DT"], ["NN", "VB", "NNP"], ["VBZ", "NNS"], ["RB", "JJ", "NN"]]
+    heads, deps = np.nonzero(~np.eye(5, dtype=bool) & (np.arange(5) > 0)[None, :])
+    theta = ArcScorer(extractor, [weights]).candidate_scores(sentence, upos, xpos, heads, deps)
+    monkeypatch.setattr(extract, "token_attribute", _own_tags(extract.token_attribute))
+    for j, (h, m) in enumerate(zip(heads, deps, strict=True)):
+        for a, b in itertools.product(range(3), range(3)):
+            if (h == 0 and a) or (h and a >= len(upos[h - 1])) or b >= len(upos[m - 1]):
+                assert theta[j, a, b] == -np.inf
+                continue
+            own = {"upos": list(sentence.upos), "xpos": list(sentence.xpos)}
+            for word, slot in ((h, a), (m, b)):
+                if word:
+                    own["upos"][word - 1], own["xpos"][word - 1] = upos[word - 1][slot], xpos[word - 1][slot]
+            sentence.own = own
+            expected = arc_scores(weights, extractor.extract([sentence]))[0, h, m]
+            sentence.own = None
+            assert theta[j, a, b] == pytest.approx(expected, abs=1e-9), (h, m, a, b)
