@@ -14,7 +14,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.cli import _load_parser, _resolve_tag_samples, _score_gold_tokens, build_parser  # noqa: E402
+from engine.cli import _score_gold_tokens, build_parser  # noqa: E402
+from engine.cli_parse import load_parser, resolve_tag_samples  # noqa: E402
 from engine.data.conllu_io import read_conllu  # noqa: E402
 from engine.decode.conformal import _ranked, conformal_threshold, head_columns  # noqa: E402
 
@@ -23,8 +24,8 @@ DEV = "/work/shared/data/ud/en_ewt/en_ewt-ud-dev.conllu"
 
 def main() -> None:
     args = build_parser().parse_args(["calibrate", "--model", "models/en_ewt", "--data", DEV])
-    _, parse = _load_parser(args)
-    _resolve_tag_samples(args)
+    _, parse = load_parser(args)
+    resolve_tag_samples(args)
     gold = read_conllu(DEV)
     _, parsed = _score_gold_tokens(args, parse, gold, predicted=True)  # calibrated, as parse and the service
     rng = np.random.default_rng(0)

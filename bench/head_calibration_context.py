@@ -43,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout
 
 from scipy.optimize import isotonic_regression, minimize  # noqa: E402
 
-from engine.cli import _load_parser, _parse_tagged, _resolve_tag_samples, build_parser  # noqa: E402
+from engine.cli import build_parser  # noqa: E402
+from engine.cli_parse import load_parser, parse_tagged, resolve_tag_samples  # noqa: E402
 from engine.data.conllu_io import read_conllu  # noqa: E402
 from engine.decode.calibration import minimise_power  # noqa: E402
 from engine.decode.isotonic import check_knots, fit_knots  # noqa: E402
@@ -64,13 +65,13 @@ def parse_words(model: str, data: str, cache: str | None) -> dict[str, np.ndarra
         with np.load(cache) as z:
             return {k: z[k] for k in z.files}
     args = build_parser().parse_args(["evaluate", "--model", model, "--data", data, "--calibration", "none"])
-    _, parse = _load_parser(args)
-    _resolve_tag_samples(args)
+    _, parse = load_parser(args)
+    resolve_tag_samples(args)
     gold = read_conllu(data)
     inputs = [s.copy() for s in gold] if args.pipeline.tagger is not None else gold
     draws = (args.pipeline.tag_and_sample(inputs, retag=True, samples=args.tag_samples)[1]
              if args.pipeline.tagger is not None else [[] for _ in inputs])
-    parsed = _parse_tagged(args, parse, inputs, draws)
+    parsed = parse_tagged(args, parse, inputs, draws)
     genres = [next((c.split("=", 1)[1].strip() for c in g.lines if c.startswith("# sent_id")), "") for g in gold]
     words: dict[str, list] = {k: [] for k in ("cols", "offs", "chosen", "gold", "sent", "pos", "n", "genre")}
     words["offs"].append(0)

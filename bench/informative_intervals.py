@@ -28,7 +28,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's engine
 
 
-from engine.cli import _load_parser, build_parser
+from engine.cli import build_parser
+from engine.cli_parse import load_parser
 from engine.data.conllu_io import read_conllu
 from engine.inference.relaxed_gain import marginal_interval
 
@@ -39,7 +40,7 @@ def run(model: str, data: str, sentences: list, rounds: str, epsilon: float) -> 
     """One setting's figures (module docstring)."""
     args = build_parser().parse_args(["parse", "--model", model, "--inference", "relaxed", "--rounds", rounds,
                                       "--epsilon", str(epsilon)])
-    _, parse = _load_parser(args)
+    _, parse = load_parser(args)
     start = time.perf_counter()
     parsed = parse(sentences)
     seconds = time.perf_counter() - start

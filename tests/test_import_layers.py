@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("training",),  # trainers and the training pipeline
     ("constituency",),  # the second formalism: factored PCFGs with EP (its own data, inference and training)
     ("cli_args",),  # the command line's arguments
+    ("cli_parse",),  # the parse command's machinery (the CLI's and the service's batch jobs')
     ("cli", "compiled"),  # the command line's commands; the numba warm-up
     ("__main__",),  # python -m engine
     ("service",),  # the HTTP service

@@ -81,8 +81,8 @@ def run_parse_job(config: ParseJobConfig, model_path: str, input_path: str, resu
                   check: Check, cluster: str | None = None) -> dict[str, Any]:
     """Parse ``input_path`` with the model at ``model_path`` into ``result`` (written atomically), reporting
     progress through ``check``, on the Dask scheduler ``cluster`` if given; returns the job's metrics."""
-    from engine.cli import UsageError, run_parse
     from engine.cli_args import build_parser
+    from engine.cli_parse import UsageError, run_parse
     from engine.data.conllu_io import atomic_text
 
     args = build_parser().parse_args(config.arguments(model_path, input_path, cluster))

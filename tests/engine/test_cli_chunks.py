@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import UsageError, build_parser, run_parse
+from engine.cli import build_parser
+from engine.cli_parse import UsageError, run_parse
 from engine.data.conllu_io import ConlluError
 
 

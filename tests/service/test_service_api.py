@@ -198,10 +198,11 @@ def _cli_marginals(argv: list[str], conllu: str) -> np.ndarray:
     (the parse function the CLI builds from its arguments), in the layout of ``/marginals``."""
     import io
 
-    from engine.cli import _load_parser, build_parser
+    from engine.cli import build_parser
+    from engine.cli_parse import load_parser
     from engine.data.conllu_io import read_conllu
 
-    _, parse = _load_parser(build_parser().parse_args(["parse", *argv]))
+    _, parse = load_parser(build_parser().parse_args(["parse", *argv]))
     (parsed,) = parse(read_conllu(io.StringIO(conllu), name="<test>", strict_heads=False))
     rows = np.clip(parsed.marginals[:, 1:].T, 0.0, 1.0)
     return rows / rows.sum(axis=1, keepdims=True)

@@ -284,7 +284,8 @@ def test_approximation_aware_model_is_decoded_with_its_training_iterations(tmp_p
 
     from service_helpers import running_app
 
-    from engine.cli import _load_parser, build_parser, main
+    from engine.cli import build_parser, main
+    from engine.cli_parse import load_parser
     from engine.data.conllu_io import read_conllu
     from engine.pipeline import Pipeline
 
@@ -315,7 +316,7 @@ def test_approximation_aware_model_is_decoded_with_its_training_iterations(tmp_p
     assert np.abs(trained - usual).max() > 1e-6  # the number of iterations matters for this sentence
 
     def cli(*extra: str) -> np.ndarray:
-        _, parse = _load_parser(build_parser().parse_args(["parse", "--model", str(second), *extra]))
+        _, parse = load_parser(build_parser().parse_args(["parse", "--model", str(second), *extra]))
         return parse(sentences)[0].marginals
 
     np.testing.assert_allclose(cli(), trained, rtol=0, atol=1e-12)
