@@ -25,14 +25,14 @@ LABELS = ("TOP", "S", "X", "a", "b")
 def tiny_grammar(rng: np.random.Generator, n_binary: int = 10) -> Grammar:
     """TOP, S, X and tags a, b: ``n_binary`` random rules ``P -> B C`` (P in S, X; B, C any but TOP) always
     including ``S -> X X`` and ``X -> a b`` (so trees exist), the identities of S, X, a, b, the unaries TOP -> S,
-    TOP -> X, S -> X, X -> a and the collapsed chain ``S -> X -> b`` (S over b)."""
+    TOP -> X, S -> X, X -> a and the collapsed chains ``S -> X -> b`` (S over b) and ``TOP -> S -> X -> a``."""
     every = [(p, b, c) for p in (1, 2) for b in (1, 2, 3, 4) for c in (1, 2, 3, 4)]
     fixed = [(1, 2, 2), (2, 3, 4)]
     rest = [rule for rule in every if rule not in fixed]
     chosen = [rest[i] for i in rng.choice(len(rest), size=n_binary - len(fixed), replace=False)]
     binary = np.array(fixed + chosen, dtype=np.int64)
-    unary = np.array([(1, 1), (2, 2), (3, 3), (4, 4), (0, 1), (0, 2), (1, 2), (2, 3), (1, 4)], dtype=np.int64)
-    chains = ((),) * 8 + (("X",),)
+    unary = np.array([(1, 1), (2, 2), (3, 3), (4, 4), (0, 1), (0, 2), (1, 2), (2, 3), (1, 4), (0, 3)], dtype=np.int64)
+    chains = ((),) * 8 + (("X",), ("S", "X"))
     is_tag = np.array([False, False, False, True, True])
     return Grammar(LABELS, binary, unary, chains, is_tag, top=0)
 
@@ -89,11 +89,16 @@ def enumerate_trees(items: AnchoredItems, f: Factor, q: AnchoredScores) -> Itera
     ``("u", item, x, y)``, ``("t", item, x)``, item being an index into the item arrays. Substates a label
     does not have carry weight ``-inf`` and are skipped."""
     k = f.k
+    unaries: dict[tuple, list[int]] = {}
+    binaries: dict[tuple, list[int]] = {}
+    tags = {(int(i), int(t)): v for v, (i, t) in enumerate(zip(items.tag_i, items.tag_t, strict=True))}
+    for v in range(items.n_unary):
+        unaries.setdefault((items.un_i[v], items.un_j[v], items.un_a[v]), []).append(v)
+    for b in range(items.n_binary):
+        binaries.setdefault((items.bin_i[b], items.bin_j[b], items.bin_a[b]), []).append(b)
 
     def top(i: int, j: int, a: int, x: int) -> Iterator[tuple[float, list[tuple]]]:
-        for v in range(items.n_unary):
-            if (items.un_i[v], items.un_j[v], items.un_a[v]) != (i, j, a):
-                continue
+        for v in unaries.get((i, j, a), []):
             for y in range(k):
                 w = f.log_u[items.un_u[v], x, y] + q.unary[v]
                 if w == -np.inf:
@@ -103,13 +108,11 @@ def enumerate_trees(items: AnchoredItems, f: Factor, q: AnchoredScores) -> Itera
 
     def bot(i: int, j: int, a: int, x: int) -> Iterator[tuple[float, list[tuple]]]:
         if j == i + 1:
-            for t in range(items.n_tags):
-                if (items.tag_i[t], items.tag_t[t]) == (i, a) and f.log_e[i, a, x] + q.tag[t] > -np.inf:
-                    yield f.log_e[i, a, x] + q.tag[t], [("t", t, x)]
+            t = tags.get((i, a))
+            if t is not None and f.log_e[i, a, x] + q.tag[t] > -np.inf:
+                yield f.log_e[i, a, x] + q.tag[t], [("t", t, x)]
             return
-        for b in range(items.n_binary):
-            if (items.bin_i[b], items.bin_j[b], items.bin_a[b]) != (i, j, a):
-                continue
+        for b in binaries.get((i, j, a), []):
             kk, r = int(items.bin_k[b]), int(items.bin_r[b])
             for y, z in itertools.product(range(k), range(k)):
                 w = f.log_w[r, x, y, z] + q.binary[b]

@@ -40,11 +40,22 @@ def _normalised(log_w: FloatArray) -> tuple[FloatArray, FloatArray]:
     return np.exp(log_w - m.reshape((-1,) + (1,) * (log_w.ndim - 1))), m
 
 
-def _cell_max(local: IntArray, values: FloatArray, cells: int) -> FloatArray:
-    """Per cell the maximum of ``values`` of its items, 0 where it has none or all are ``-inf``."""
-    ref = np.full(cells, -np.inf)
-    np.maximum.at(ref, local, values)
-    return np.where(np.isfinite(ref), ref, 0.0)
+def _accumulate(local: IntArray, labels: IntArray, log_c: FloatArray, y: FloatArray, cells: int,
+                n_labels: int) -> tuple[FloatArray, FloatArray]:
+    """Sum item contributions ``exp(log_c) * y`` (``y`` of shape ``(N, K)``) per ``(cell, label)`` without under-
+    or overflow: each row is normalised by its largest entry, the log magnitudes ``log_c + log max y`` are made
+    relative to their per-``(cell, label)`` maximum ``ref``. Returns ``(acc (cells, L, K), ref (cells, L))``,
+    the sum being ``acc * exp(ref)`` (``ref`` is 0 where nothing arrives)."""
+    top = y.max(axis=1)
+    alive = (top > 0) & (log_c > -np.inf)
+    with np.errstate(divide="ignore"):
+        magnitude = np.where(alive, log_c + np.log(np.where(alive, top, 1.0)), -np.inf)
+    key = local * n_labels + labels
+    ref = np.full(cells * n_labels, -np.inf)
+    np.maximum.at(ref, key, magnitude)
+    ref = np.where(np.isfinite(ref), ref, 0.0)
+    weight = np.where(alive, np.exp(magnitude - ref[key]) / np.where(alive, top, 1.0), 0.0)
+    return _scatter(local, labels, y * weight[:, None], cells, n_labels), ref.reshape(cells, n_labels)
 
 
 def _scatter(local: IntArray, labels: IntArray, values: FloatArray, cells: int, n_labels: int) -> FloatArray:
@@ -55,26 +66,27 @@ def _scatter(local: IntArray, labels: IntArray, values: FloatArray, cells: int, 
 
 
 def _store(chart: FloatArray, scale: FloatArray, length: int, acc: FloatArray, ref: FloatArray) -> None:
-    """Write the accumulated cells of one length into ``chart`` renormalised (largest entry 1), their log scale
-    ``ref + log(max)`` into ``scale`` (``-inf`` for an empty cell)."""
+    """Write the accumulated cells of one length into ``chart``, each ``(cell, label)`` renormalised (largest
+    substate 1), their log scales ``ref + log(max)`` into ``scale`` (``-inf`` where nothing arrived)."""
     cells = acc.shape[0]
     i = np.arange(cells)
-    top = acc.reshape(cells, -1).max(axis=1)
+    top = acc.max(axis=2)
     alive = top > 0
-    acc[alive] /= top[alive, None, None]
+    acc[alive] /= top[alive][:, None]
     chart[i, i + length] = acc
     with np.errstate(divide="ignore"):
         scale[i, i + length] = np.where(alive, ref + np.log(np.where(alive, top, 1.0)), -np.inf)
 
 
-def _gap(*terms: FloatArray) -> FloatArray:
-    """The sum of log terms, ``-inf`` if any is ``-inf`` (never ``inf - inf``), clipped above at ``_CLIP``."""
+def _gap(*terms: FloatArray, clip: float = np.inf) -> FloatArray:
+    """The sum of log terms, ``-inf`` if any is infinite (never ``inf - inf``), clipped above at ``clip`` (the
+    outside pass's exponents; the inside pass's are absolute logs, made relative by the cell maximum)."""
     total = np.zeros_like(terms[0])
     dead = np.zeros(terms[0].shape, dtype=bool)
     for term in terms:
         dead |= ~np.isfinite(term)
         total = total + np.where(np.isfinite(term), term, 0.0)
-    return np.where(dead, -np.inf, np.minimum(total, _CLIP))
+    return np.where(dead, -np.inf, np.minimum(total, clip))
 
 
 class _Pass:
@@ -87,8 +99,8 @@ class _Pass:
         self.size, self.k = size, k
         self.bot = np.zeros((n + 1, n + 1, size, k))
         self.top = np.zeros((n + 1, n + 1, size, k))
-        self.sb = np.full((n + 1, n + 1), -np.inf)
-        self.st = np.full((n + 1, n + 1), -np.inf)
+        self.sb = np.full((n + 1, n + 1, size), -np.inf)
+        self.st = np.full((n + 1, n + 1, size), -np.inf)
         self.wn, self.wmax = _normalised(factor.log_w)
         self.un, self.umax = _normalised(factor.log_u)
 
@@ -96,35 +108,34 @@ class _Pass:
         """Fill the inside charts; return ``log Z`` (``-inf`` when no tree is live)."""
         it, n = self.items, self.items.n
         lex = self.factor.log_e[it.tag_i, it.tag_t] + self.scores.tag[:, None]  # (T, K)
-        ref = _cell_max(it.tag_i, lex.max(axis=1), n)
+        peak = lex.max(axis=1) if lex.size else np.zeros(0)
         with np.errstate(invalid="ignore"):
-            values = np.exp(lex - ref[it.tag_i, None])
-        _store(self.bot, self.sb, 1, _scatter(it.tag_i, it.tag_t, values, n, self.size), ref)
+            y = np.where(np.isfinite(peak)[:, None], np.exp(lex - peak[:, None]), 0.0)
+        acc, ref = _accumulate(it.tag_i, it.tag_t, peak, y, n, self.size)
+        _store(self.bot, self.sb, 1, acc, ref)
         for length in range(1, n + 1):
             if length > 1:
                 self._inside_binary(length)
             self._inside_unary(length)
         root = self.top[0, n, it.root, 0]
-        return float(self.st[0, n] + np.log(root)) if root > 0 else -np.inf
+        return float(self.st[0, n, it.root] + np.log(root)) if root > 0 else -np.inf
 
     def _inside_binary(self, length: int) -> None:
         it, s = self.items, self.items.binary_of_length(length)
         i, k, j, r = it.bin_i[s], it.bin_k[s], it.bin_j[s], it.bin_r[s]
         left, right = self.top[i, k, it.bin_b[s]], self.top[k, j, it.bin_c[s]]
-        c = _gap(self.scores.binary[s], self.wmax[r], self.st[i, k], self.st[k, j])
-        cells = it.n - length + 1
-        ref = _cell_max(i, c, cells)
-        y = np.einsum("nxyz,ny,nz->nx", self.wn[r], left, right) * np.exp(c - ref[i])[:, None]
-        _store(self.bot, self.sb, length, _scatter(i, it.bin_a[s], y, cells, self.size), ref)
+        c = _gap(self.scores.binary[s], self.wmax[r], self.st[i, k, it.bin_b[s]], self.st[k, j, it.bin_c[s]])
+        y = np.einsum("nxyz,ny,nz->nx", self.wn[r], left, right)
+        acc, ref = _accumulate(i, it.bin_a[s], c, y, it.n - length + 1, self.size)
+        _store(self.bot, self.sb, length, acc, ref)
 
     def _inside_unary(self, length: int) -> None:
         it, s = self.items, self.items.unary_of_length(length)
         i, j, u = it.un_i[s], it.un_j[s], it.un_u[s]
-        c = _gap(self.scores.unary[s], self.umax[u], self.sb[i, j])
-        cells = it.n - length + 1
-        ref = _cell_max(i, c, cells)
-        y = np.einsum("nxy,ny->nx", self.un[u], self.bot[i, j, it.un_b[s]]) * np.exp(c - ref[i])[:, None]
-        _store(self.top, self.st, length, _scatter(i, it.un_a[s], y, cells, self.size), ref)
+        c = _gap(self.scores.unary[s], self.umax[u], self.sb[i, j, it.un_b[s]])
+        y = np.einsum("nxy,ny->nx", self.un[u], self.bot[i, j, it.un_b[s]])
+        acc, ref = _accumulate(i, it.un_a[s], c, y, it.n - length + 1, self.size)
+        _store(self.top, self.st, length, acc, ref)
 
     def outside(self, log_z: float) -> FactorMarginals:
         """Fill the scaled outside charts from the root down and collect every marginal (brief §1.1)."""
@@ -146,7 +157,7 @@ class _Pass:
     def _outside_unary(self, length: int, u_counts: FloatArray, mu_u: FloatArray) -> None:
         it, s = self.items, self.items.unary_of_length(length)
         i, j, u, b = it.un_i[s], it.un_j[s], it.un_u[s], it.un_b[s]
-        e = _gap(self.scores.unary[s], self.umax[u], self.sb[i, j], -self.st[i, j])
+        e = _gap(self.scores.unary[s], self.umax[u], self.sb[i, j, b], -self.st[i, j, it.un_a[s]], clip=_CLIP)
         g = self.ot[i, j, it.un_a[s]][:, :, None] * self.un[u] * np.exp(e)[:, None, None]  # (N, x, y)
         cells = it.n - length + 1
         self.ob[np.arange(cells), np.arange(cells) + length] += _scatter(i, b, g.sum(axis=1), cells, self.size)
@@ -161,7 +172,8 @@ class _Pass:
         i, k, j, r = it.bin_i[s], it.bin_k[s], it.bin_j[s], it.bin_r[s]
         b, c = it.bin_b[s], it.bin_c[s]
         left, right = self.top[i, k, b], self.top[k, j, c]
-        e = _gap(self.scores.binary[s], self.wmax[r], self.st[i, k], self.st[k, j], -self.sb[i, j])
+        e = _gap(self.scores.binary[s], self.wmax[r], self.st[i, k, b], self.st[k, j, c], -self.sb[i, j, it.bin_a[s]],
+                 clip=_CLIP)
         g = self.ob[i, j, it.bin_a[s]][:, :, None, None] * self.wn[r] * np.exp(e)[:, None, None, None]
         cells = (n + 1) * (n + 1)
         self.ot += _scatter(i * (n + 1) + k, b, np.einsum("nxyz,nz->ny", g, right), cells,
