@@ -9,9 +9,11 @@ item, ``exp(phi_u)`` on every unary item, ``exp(phi_t)`` on every tag item. The 
 - ``bot[i, j, A, x] = sum_{k, r = A -> B C, y, z} W[r, x, y, z] e^{phi_b(i, k, j, r)} top[i, k, B, y] top[k, j, C, z]``;
 - ``Z = top[0, n, TOP, 0]``; the outside pass mirrors them from ``(0, n)`` down.
 
-**Scaling** (brief §1.5). Each cell's bot and top layers are stored as ``chart * exp(s)`` with the chart's largest
-entry 1 and ``s`` a per-cell log scale, so no product under- or overflows; rule weights are stored as
-``exp(log_w - max_r)`` with the rule's maximum moved into the exponent. The outside chart is stored as
+**Scaling** (brief §1.5, one step finer). Each labelled cell's bot and top vectors are stored as ``chart * exp(s)``
+with the largest of its ``K`` substates 1 and ``s[i, j, A]`` a log scale per cell *and label*: the brief's
+per-cell scale lost mass when a cell's labels differ by hundreds of nats (two small children multiply below
+1e-308 while their items' exponents are large; ``test_scaled_pass_survives_extreme_scores``). Rule weights are
+stored as ``exp(log_w - max_r)`` with the rule's maximum moved into the exponent. The outside chart is stored as
 ``o = alpha * exp(s - log Z)``: a parent-to-child contribution then carries ``exp(phi + max_r + s_children -
 s_parent)``, clipped at ``exp(700)``, and a marginal is just ``o * chart``.
 
@@ -58,11 +60,16 @@ def _accumulate(local: IntArray, labels: IntArray, log_c: FloatArray, y: FloatAr
     return _scatter(local, labels, y * weight[:, None], cells, n_labels), ref.reshape(cells, n_labels)
 
 
+def _bincount(index: IntArray, weights: FloatArray, size: int) -> FloatArray:
+    """``np.bincount`` with float weights (typed as such: numpy's stubs say it returns integers)."""
+    return np.asarray(np.bincount(index, weights, minlength=size), dtype=np.float64)
+
+
 def _scatter(local: IntArray, labels: IntArray, values: FloatArray, cells: int, n_labels: int) -> FloatArray:
     """Sum the ``(N, K)`` rows of ``values`` into a ``(cells, L, K)`` array at ``(local, labels)``."""
     k = values.shape[1]
     flat = ((local * n_labels + labels) * k)[:, None] + np.arange(k)[None, :]
-    return np.bincount(flat.ravel(), values.ravel(), minlength=cells * n_labels * k).reshape(cells, n_labels, k)
+    return _bincount(flat.ravel(), values.ravel(), cells * n_labels * k).reshape(cells, n_labels, k)
 
 
 def _store(chart: FloatArray, scale: FloatArray, length: int, acc: FloatArray, ref: FloatArray) -> None:
@@ -165,7 +172,7 @@ class _Pass:
         mu_u[s] = refined.sum(axis=(1, 2))
         kk = self.k * self.k
         flat = (u * kk)[:, None] + np.arange(kk)[None, :]
-        u_counts += np.bincount(flat.ravel(), refined.ravel(), minlength=u_counts.size).reshape(u_counts.shape)
+        u_counts += _bincount(flat.ravel(), refined.ravel(), u_counts.size).reshape(u_counts.shape)
 
     def _outside_binary(self, length: int, w_counts: FloatArray, mu_b: FloatArray) -> None:
         it, s, n = self.items, self.items.binary_of_length(length), self.items.n
@@ -184,7 +191,7 @@ class _Pass:
         mu_b[s] = refined.sum(axis=(1, 2, 3))
         k3 = self.k**3
         flat = (r * k3)[:, None] + np.arange(k3)[None, :]
-        w_counts += np.bincount(flat.ravel(), refined.ravel(), minlength=w_counts.size).reshape(w_counts.shape)
+        w_counts += _bincount(flat.ravel(), refined.ravel(), w_counts.size).reshape(w_counts.shape)
 
 
 def inside_outside(items: AnchoredItems, factor: Factor, scores: AnchoredScores) -> FactorMarginals:
