@@ -22,7 +22,7 @@ from engine.constituency.grammar import Grammar, IntArray
 FloatArray = npt.NDArray[np.float64]
 
 __all__ = ["Factor", "FactorMarginals", "kronecker_product", "make_factor", "split_counts", "substates",
-           "unit_factor"]
+           "unit_like"]
 
 
 @dataclass(frozen=True)
@@ -84,11 +84,11 @@ def make_factor(grammar: Grammar, log_w: FloatArray, log_u: FloatArray, log_e: F
                   np.where(live[None, :, :], log_e, -np.inf))
 
 
-def unit_factor(grammar: Grammar, n: int) -> Factor:
-    """The one-substate factor of weight 1 everywhere: inside-outside of it times an anchored grammar ``q`` is
-    inside-outside of ``q`` alone (``log Z(q)``, its marginals)."""
-    return Factor(np.zeros((len(grammar.binary), 1, 1, 1)), np.zeros((len(grammar.unary), 1, 1)),
-                  np.zeros((n, grammar.n_labels, 1)))
+def unit_like(factor: Factor) -> Factor:
+    """The one-substate factor of weight 1 with ``factor``'s rules and sentence: inside-outside of it times an
+    anchored grammar ``q`` is inside-outside of ``q`` alone (``log Z(q)``, its marginals)."""
+    return Factor(np.zeros((len(factor.log_w), 1, 1, 1)), np.zeros((len(factor.log_u), 1, 1)),
+                  np.zeros((*factor.log_e.shape[:2], 1)))
 
 
 def kronecker_product(first: Factor, second: Factor) -> Factor:
