@@ -17,7 +17,8 @@ import numpy as np
 
 from engine.constituency.anchored import AnchoredItems, AnchoredScores, SpanMask, build_items, full_mask
 from engine.constituency.factor import Factor, make_factor, substates
-from engine.constituency.grammar import Grammar
+from engine.constituency.grammar import AnchoredTree, Grammar
+from engine.constituency.reference import inside_outside_log
 
 LABELS = ("TOP", "S", "X", "a", "b")
 
@@ -155,6 +156,18 @@ def brute_force(items: AnchoredItems, f: Factor, q: AnchoredScores) -> Enumerate
     return out
 
 
+def _has_tree(items: AnchoredItems, f: Factor, q: AnchoredScores) -> bool:
+    """Whether some tree is live: a one-substate log-space inside pass (enumerating would take minutes for K=2
+    and n=6, ``itertools.product`` lists its inputs)."""
+    unit = Factor(np.where(np.isfinite(f.log_w[:, :1, :1, :1]), 0.0, -np.inf), np.zeros((len(f.log_u), 1, 1)),
+                  np.zeros((*f.log_e.shape[:2], 1)))
+    try:
+        inside_outside_log(items, unit, q)
+    except FloatingPointError:
+        return False
+    return True
+
+
 def sentence(rng: np.random.Generator, n: int, k: int, pruned: bool = False, n_binary: int = 10,
              unsplit: tuple[str, ...] = ()) -> tuple[Grammar, AnchoredItems, Factor]:
     """A tiny grammar, the items of ``n`` words (all, or a random pruning that keeps a tree) and a factor."""
@@ -163,7 +176,7 @@ def sentence(rng: np.random.Generator, n: int, k: int, pruned: bool = False, n_b
         mask = pruned_mask(grammar, n, rng) if pruned else full_mask(grammar, n)
         items = build_items(grammar, mask)
         f = random_factor(grammar, n, k, rng, unsplit=unsplit)
-        if any(True for _ in enumerate_trees(items, f, AnchoredScores.zeros(items))):
+        if _has_tree(items, f, AnchoredScores.zeros(items)):
             return grammar, items, f
     raise AssertionError("no pruning kept a tree")
 
@@ -172,6 +185,22 @@ def live_scores(items: AnchoredItems, f: Factor, rng: np.random.Generator, dead:
     """:func:`random_scores` with some dead items, drawn again until a tree survives."""
     for _ in range(100):
         q = random_scores(items, rng, dead=dead)
-        if any(True for _ in enumerate_trees(items, f, q)):
+        if _has_tree(items, f, q):
             return q
     raise AssertionError("no anchored grammar kept a tree")
+
+
+def tree_from_events(items: AnchoredItems, events: list[tuple]) -> AnchoredTree:
+    """The coarse tree of one enumerated refined tree, as an :class:`AnchoredTree`."""
+    tags = np.zeros(items.n, dtype=np.int64)
+    unary, binary = [], []
+    for event in events:
+        kind, x = event[:2]
+        if kind == "t":
+            tags[items.tag_i[x]] = items.tag_t[x]
+        elif kind == "u":
+            unary.append((items.un_i[x], items.un_j[x], items.un_u[x]))
+        else:
+            binary.append((items.bin_i[x], items.bin_k[x], items.bin_j[x], items.bin_r[x]))
+    return AnchoredTree(tags, np.array(unary, dtype=np.int64).reshape(-1, 3),
+                        np.array(binary, dtype=np.int64).reshape(-1, 4))

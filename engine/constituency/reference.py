@@ -47,10 +47,13 @@ def _inside(items: AnchoredItems, f: Factor, q: AnchoredScores) -> tuple[FloatAr
 
 
 def inside_outside_log(items: AnchoredItems, f: Factor, q: AnchoredScores) -> FactorMarginals:
-    """Everything :func:`~engine.constituency.inside_outside.inside_outside` returns, in log space."""
+    """Everything :func:`~engine.constituency.inside_outside.inside_outside` returns, in log space (and the same
+    ``FloatingPointError`` when no tree is live)."""
     n, k = items.n, f.k
     bot, top = _inside(items, f, q)
     log_z = float(top[0, n, items.root, 0])
+    if not np.isfinite(log_z):
+        raise FloatingPointError(f"the partition function is {log_z}: no live tree")
     obot = np.full_like(bot, -np.inf)
     otop = np.full_like(top, -np.inf)
     otop[0, n, items.root, 0] = 0.0

@@ -20,11 +20,11 @@ from pcfg_helpers import (
     random_scores,
     sentence,
     tiny_grammar,
+    tree_from_events,
 )
 
 from engine.constituency.anchored import AnchoredScores, build_items, full_mask, items_from_tree
 from engine.constituency.factor import kronecker_product, make_factor, substates
-from engine.constituency.grammar import AnchoredTree
 from engine.constituency.inside_outside import inside_outside, log_partition
 from engine.constituency.reference import inside_outside_log
 
@@ -133,16 +133,7 @@ def test_gold_pass_equals_the_sum_over_one_trees_substates() -> None:
     skeleton = sorted({e[:2] for e in trees[len(trees) // 2][1]})
     same = [(w, events) for w, events in trees if sorted({e[:2] for e in events}) == skeleton]
     assert len(same) > 1
-    tags = np.zeros(4, dtype=np.int64)
-    unary, binary = [], []
-    for kind, x in skeleton:
-        if kind == "t":
-            tags[items.tag_i[x]] = items.tag_t[x]
-        elif kind == "u":
-            unary.append((items.un_i[x], items.un_j[x], items.un_u[x]))
-        else:
-            binary.append((items.bin_i[x], items.bin_k[x], items.bin_j[x], items.bin_r[x]))
-    tree = AnchoredTree(tags, np.array(unary), np.array(binary))
+    tree = tree_from_events(items, same[0][1])
     gold_items = items_from_tree(grammar, tree)
     got = inside_outside(gold_items, f, AnchoredScores.zeros(gold_items))
     weights = np.array([w for w, _ in same])
