@@ -181,14 +181,17 @@ class _Pass:
         left, right = self.top[i, k, b], self.top[k, j, c]
         e = _gap(self.scores.binary[s], self.wmax[r], self.st[i, k, b], self.st[k, j, c], -self.sb[i, j, it.bin_a[s]],
                  clip=_CLIP)
-        g = self.ob[i, j, it.bin_a[s]][:, :, None, None] * self.wn[r] * np.exp(e)[:, None, None, None]
-        cells = (n + 1) * (n + 1)
-        self.ot += _scatter(i * (n + 1) + k, b, np.einsum("nxyz,nz->ny", g, right), cells,
-                            self.size).reshape(self.ot.shape)
-        self.ot += _scatter(k * (n + 1) + j, c, np.einsum("nxyz,ny->nz", g, left), cells,
-                            self.size).reshape(self.ot.shape)
-        refined = g * left[:, None, :, None] * right[:, None, None, :]
-        mu_b[s] = refined.sum(axis=(1, 2, 3))
+        kk = self.k * self.k
+        parent = self.ob[i, j, it.bin_a[s]] * np.exp(e)[:, None]  # (N, x)
+        weights = self.wn[r].reshape(len(r), self.k, kk)  # (N, x, yz)
+        g = np.einsum("nx,nxw->nw", parent, weights).reshape(len(r), self.k, self.k)  # summed over x: (N, y, z)
+        children = np.concatenate([i * (n + 1) + k, k * (n + 1) + j])
+        flat = ((children * self.size + np.concatenate([b, c])) * self.k)[:, None] + np.arange(self.k)[None, :]
+        values = np.concatenate([np.einsum("nyz,nz->ny", g, right), np.einsum("nyz,ny->nz", g, left)])
+        self.ot += _bincount(flat.ravel(), values.ravel(), self.ot.size).reshape(self.ot.shape)
+        pair = (left[:, :, None] * right[:, None, :]).reshape(len(r), 1, kk)
+        refined = weights * (parent[:, :, None] * pair)  # (N, x, yz)
+        mu_b[s] = refined.reshape(len(r), -1).sum(axis=1)
         k3 = self.k**3
         flat = (r * k3)[:, None] + np.arange(k3)[None, :]
         w_counts += _bincount(flat.ravel(), refined.ravel(), w_counts.size).reshape(w_counts.shape)
