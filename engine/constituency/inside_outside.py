@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.constituency.anchored import AnchoredItems, AnchoredScores, FloatArray, IntArray
+from engine.constituency.anchored import AnchoredItems, AnchoredScores, FloatArray, IntArray, items_from_tree
 from engine.constituency.factor import Factor, FactorMarginals
+from engine.constituency.grammar import AnchoredTree, Grammar
 
-__all__ = ["inside_outside", "log_partition"]
+__all__ = ["gold_pass", "inside_outside", "log_partition"]
 
 _CLIP = 700.0  # largest exponent taken (exp(709) overflows)
 
@@ -191,7 +192,7 @@ class _Pass:
         self.ot += _bincount(flat.ravel(), values.ravel(), self.ot.size).reshape(self.ot.shape)
         pair = (left[:, :, None] * right[:, None, :]).reshape(len(r), 1, kk)
         refined = weights * (parent[:, :, None] * pair)  # (N, x, yz)
-        mu_b[s] = refined.reshape(len(r), -1).sum(axis=1)
+        mu_b[s] = refined.sum(axis=(1, 2))
         k3 = self.k**3
         flat = (r * k3)[:, None] + np.arange(k3)[None, :]
         w_counts += _bincount(flat.ravel(), refined.ravel(), w_counts.size).reshape(w_counts.shape)
@@ -210,3 +211,11 @@ def inside_outside(items: AnchoredItems, factor: Factor, scores: AnchoredScores)
 def log_partition(items: AnchoredItems, factor: Factor, scores: AnchoredScores) -> float:
     """``log Z`` of ``factor * scores`` (the inside pass alone); ``-inf`` when no tree is live."""
     return _Pass(items, factor, scores).inside()
+
+
+def gold_pass(grammar: Grammar, tree: AnchoredTree, factor: Factor) -> FactorMarginals:
+    """The tree-shaped pass of the gold side (brief §1.4): inside-outside of ``factor`` over the items of ``tree``
+    alone, no anchored grammar (Epic's ``epInGold=false``). ``log_z`` is ``log Z_gold,m``, the counts are the
+    gold half of the gradient."""
+    items = items_from_tree(grammar, tree)
+    return inside_outside(items, factor, AnchoredScores.zeros(items))

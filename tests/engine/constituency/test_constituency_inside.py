@@ -23,9 +23,9 @@ from pcfg_helpers import (
     tree_from_events,
 )
 
-from engine.constituency.anchored import AnchoredScores, build_items, full_mask, items_from_tree
+from engine.constituency.anchored import AnchoredScores, build_items, full_mask
 from engine.constituency.factor import kronecker_product, make_factor, substates
-from engine.constituency.inside_outside import inside_outside, log_partition
+from engine.constituency.inside_outside import gold_pass, inside_outside, log_partition
 from engine.constituency.reference import inside_outside_log
 
 FIELDS = ("w_counts", "u_counts", "e_counts", "mu_b", "mu_u", "mu_tag", "mu_bot", "mu_top")
@@ -134,8 +134,7 @@ def test_gold_pass_equals_the_sum_over_one_trees_substates() -> None:
     same = [(w, events) for w, events in trees if sorted({e[:2] for e in events}) == skeleton]
     assert len(same) > 1
     tree = tree_from_events(items, same[0][1])
-    gold_items = items_from_tree(grammar, tree)
-    got = inside_outside(gold_items, f, AnchoredScores.zeros(gold_items))
+    got = gold_pass(grammar, tree, f)
     weights = np.array([w for w, _ in same])
     assert got.log_z == pytest.approx(np.log(np.exp(weights).sum()), abs=1e-12)
     assert got.w_counts.sum() == pytest.approx(3, abs=1e-12) and got.u_counts.sum() == pytest.approx(7, abs=1e-12)
