@@ -6,6 +6,7 @@ The second formalism of the engine (issue 26). Layout, bottom to top:
   representation every other module shares; gold trees as anchored items.
 - ``treebank``, ``binarize``, ``evalb``: reading ``.mrg`` files, cleaning, head-outward binarisation and its
   inverse, EVALB scoring (COLLINS.prm).
-- ``inside_outside``, ``projection``, ``ep``: inference over anchored items (scaled and log-space), projection
-  onto anchored PCFGs, EP and ADF.
+- ``anchored``, ``factor``, ``inside_outside``, ``reference``, ``projection``, ``ep``: the anchored items of a
+  sentence and anchored grammars over them, factors (and their exact Kronecker product), inside-outside over
+  anchored items (scaled; ``reference`` is the log-space oracle), projection onto anchored PCFGs, EP and ADF.
 """
