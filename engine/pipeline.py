@@ -182,12 +182,14 @@ class Pipeline:
     def tag_and_sample(self, sentences: Sequence[Sentence], retag: bool = False, samples: int = 0,
                        upos_probs: dict[int, np.ndarray] | None = None,
                        candidates: tuple[CandidateSettings, dict[int, TagCandidates]] | None = None,
+                       upos_marginals: dict[int, np.ndarray] | None = None,
                        ) -> tuple[list[int], list[list[TagSequence]]]:
         """``tag``, and in the same pass ``samples`` (UPOS, XPOS) sequences drawn from the tagger's posterior
         for each sentence it tagged (none for the others): the indices tagged and the ``samples`` argument
         of ``engine.decode.tag_marginal.parse_over_tag_samples``. Given ``upos_probs``, it gets each tagged
-        sentence's tagger marginals of its chosen UPOS tags (by index); given ``candidates`` = (settings, a
-        dict), the dict gets each tagged sentence's candidate tags for joint parsing (``BPParser.parse``)."""
+        sentence's tagger marginals of its chosen UPOS tags (by index), and ``upos_marginals`` its whole (words,
+        UPOS labels) marginal matrix (columns in ``tagger.upos_labels`` order); given ``candidates`` = (settings,
+        a dict), the dict gets each tagged sentence's candidate tags for joint parsing (``BPParser.parse``)."""
         draws: list[list[TagSequence]] = [[] for _ in sentences]
         todo = [i for i, s in enumerate(sentences) if retag or untagged(s)]
         if not todo:
@@ -202,6 +204,8 @@ class Pipeline:
             sentences[i].upos = list(result.upos)
             sentences[i].xpos = list(result.xpos)
             draws[i] = result.samples
+            if upos_marginals is not None:
+                upos_marginals[i] = result.upos_marginals
             if upos_probs is not None:
                 column = {tag: k for k, tag in enumerate(self.tagger.upos_labels)}
                 upos_probs[i] = result.upos_marginals[np.arange(len(result.upos)),

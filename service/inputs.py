@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from engine.data.conllu_io import ConlluError, Sentence, read_conllu
 from engine.decode.tag_marginal import TagSequence
@@ -81,13 +84,29 @@ def _per_sentence(values: list[list[str]] | None, field: str, tokens: list[list[
     return values
 
 
-def tag_sentences(entry: ModelEntry, sents: list[Sentence], samples: int) -> list[list[TagSequence]]:
-    """Tag the sentences without UPOS in place (the model's tagger); for each sentence the ``samples`` tag
-    sequences drawn for it (none for a sentence that came with its tags). Each sentence's draws are seeded
-    by its words, so they do not depend on the other sentences tagged with it."""
-    if entry.pipeline.tagger is None:
-        return [[] for _ in sents]
-    return entry.pipeline.tag_and_sample(sents, samples=samples)[1]
+@dataclass
+class Tagging:
+    """What the model's tagger gave a batch of sentences: each one's tag ``draws`` (none for a sentence that came
+    with its tags), and, by sentence index, the tagger's marginal of each chosen UPOS (``upos_probs``) and its
+    whole (words, UPOS labels) marginal matrix (``upos_marginals``, columns ``labels``)."""
+
+    draws: list[list[TagSequence]]
+    upos_probs: dict[int, np.ndarray] = field(default_factory=dict)
+    upos_marginals: dict[int, np.ndarray] = field(default_factory=dict)
+    labels: tuple[str, ...] = ()
+
+
+def tag_sentences(entry: ModelEntry, sents: list[Sentence], samples: int) -> Tagging:
+    """Tag the sentences without UPOS in place (the model's tagger) and draw ``samples`` tag sequences for each
+    of them. Each sentence's draws are seeded by its words, so they do not depend on the other sentences tagged
+    with it."""
+    tagger = entry.pipeline.tagger
+    if tagger is None:
+        return Tagging([[] for _ in sents])
+    found = Tagging([], labels=tuple(tagger.upos_labels))
+    found.draws = entry.pipeline.tag_and_sample(sents, samples=samples, upos_probs=found.upos_probs,
+                                                upos_marginals=found.upos_marginals)[1]
+    return found
 
 
 _WORD_ESTIMATE = re.compile(r"\w+|[^\w\s]")

@@ -101,8 +101,9 @@ def run_alone(work: ParseWork) -> Any:
 def _parse_together(work: ParseWork, groups: list[list[Sentence]]) -> list[list[ParsedSentence]]:
     """Tag and parse the sentences of every group in one engine call; the parses split back by group."""
     flat = [s for group in groups for s in group]
-    draws = tag_sentences(work.entry, flat, work.req.inference.tag_samples or 0)
-    parsed = parsing.run_inference(work.entry, flat, work.req.inference, draws)
+    tagging = tag_sentences(work.entry, flat, work.req.inference.tag_samples or 0)
+    parsed = parsing.run_inference(work.entry, flat, work.req.inference, tagging.draws)
+    parsing.attach_tag_probabilities(parsed, tagging)
     out, start = [], 0
     for group in groups:
         out.append(parsed[start:start + len(group)])

@@ -22,6 +22,7 @@ from engine.inference.relaxed import InferenceConfig, marginal_interval
 from engine.inference.settings import method_settings, resolve
 from engine.pipeline import Pipeline
 from engine.results import ParsedSentence
+from service.inputs import Tagging
 from service.problems import ProblemError
 from service.registry import ModelEntry
 from service.schemas import InferenceOptions
@@ -106,15 +107,32 @@ def fill_morphology(pipeline: Pipeline, sentences: list[Sentence], parsed: list[
             p.diagnostics = {**(p.diagnostics or {}), "feats_probs": probs}
 
 
+def attach_tag_probabilities(parsed: list[ParsedSentence], tagging: Tagging) -> None:
+    """Each sentence the model tagged gets its chosen UPOS tags' probabilities (``upos_probs``, unless its
+    inference set them) and its whole tag marginal matrix (``diagnostics["upos_marginals"]``, with the labels)."""
+    for i, p in enumerate(parsed):
+        if i in tagging.upos_probs and p.upos_probs is None:
+            p.upos_probs = tagging.upos_probs[i]
+        if i in tagging.upos_marginals:
+            p.diagnostics = {**(p.diagnostics or {}), "upos_marginals": (tagging.labels, tagging.upos_marginals[i])}
+
+
+def _upos_probs(p: ParsedSentence, n: int) -> list[float | None]:
+    """The probability of each word's UPOS: the model's for the words it tagged, None for given tags."""
+    return [None] * n if p.upos_probs is None else _finite(np.clip(p.upos_probs, 0.0, 1.0), "tag probabilities")
+
+
 def parse_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> list[dict[str, Any]]:
     out = []
     for s, p in zip(sentences, parsed, strict=True):
         probs = _finite(p.head_probs, "head marginals")
         label_probs = _finite(np.asarray(p.label_probs, dtype=float), "label probabilities")
         feats_probs = (p.diagnostics or {}).get("feats_probs")
+        upos_probs = _upos_probs(p, s.n)
         tokens = [{"id": j + 1, "form": s.forms[j], "lemma": s.lemmas[j], "upos": s.upos[j], "xpos": s.xpos[j],
                    "feats": s.feats[j], "head": int(p.heads[j + 1]), "deprel": p.deprels[j], "prob": probs[j],
-                   "deprel_prob": label_probs[j], "feats_prob": None if feats_probs is None else feats_probs[j]}
+                   "deprel_prob": label_probs[j], "upos_prob": upos_probs[j],
+                   "feats_prob": None if feats_probs is None else feats_probs[j]}
                   for j in range(s.n)]
         out.append({"tokens": tokens, "inference": inference_report(p), **sentence_confidence(p)})
     return out
@@ -153,13 +171,22 @@ def with_comments(block: str, comments: list[str]) -> str:
     return "\n".join(lines[:at] + comments + lines[at:])
 
 
-def marginals_json(sentences: list[Sentence], parsed: list[ParsedSentence]) -> list[dict[str, Any]]:
-    """``marginals[m-1][h] = p(head of m = h)``: the engine's (n+1, n+1) matrix, transposed, ROOT row dropped."""
+def marginals_json(sentences: list[Sentence], parsed: list[ParsedSentence], tag_marginals: bool = False
+                   ) -> list[dict[str, Any]]:
+    """``marginals[m-1][h] = p(head of m = h)``: the engine's (n+1, n+1) matrix, transposed, ROOT row dropped;
+    ``upos_prob`` per word (None for given tags); with ``tag_marginals``, each word's whole UPOS distribution
+    from the tagger (``{tag: p}``, None for a sentence that came with its tags)."""
     out = []
     for s, p in zip(sentences, parsed, strict=True):
         rows = np.clip(p.marginals[:, 1:].T, 0.0, 1.0)
         rows = rows / rows.sum(axis=1, keepdims=True)
-        out.append({"forms": list(s.forms), "marginals": _finite(rows, "marginals")})
+        item: dict[str, Any] = {"forms": list(s.forms), "marginals": _finite(rows, "marginals"),
+                                "upos_prob": _upos_probs(p, s.n)}
+        if tag_marginals:
+            found = (p.diagnostics or {}).get("upos_marginals")
+            item["tag_marginals"] = None if found is None else [
+                dict(zip(found[0], _finite(np.clip(row, 0.0, 1.0), "tag marginals"), strict=True)) for row in found[1]]
+        out.append(item)
     return out
 
 

@@ -212,11 +212,15 @@ class ParseRequest(BaseModel):
 
 class MarginalsRequest(ParseRequest):
     output: Literal["json"] = Field("json", description="JSON only (CoNLL-U output is on /parse)")
+    tag_marginals: bool = Field(False, description="also return each tagged word's whole UPOS distribution "
+                                "(`tags` is taken: it gives the input's tags)")
 
 
 class ConfidenceRequest(MarginalsRequest):
     """The input of /confidence: that of /marginals (tag samples included: /parse's inference), and the level of
     the conformal head and label sets."""
+
+    tag_marginals: Literal[False] = Field(False, description="not on /confidence (see /marginals)")
 
     alpha: float | None = Field(None, ge=ALPHA_MIN, lt=1, allow_inf_nan=False, description="level of the "
                                 "conformal head and label sets (engine.decode.conformal): on words like the dev "
@@ -270,6 +274,8 @@ class Token(BaseModel):
     deprel: str
     prob: float = Field(description="marginal probability of the chosen head")
     deprel_prob: float = Field(description="probability of the label given the arc")
+    upos_prob: float | None = Field(None, description="probability of the chosen UPOS (the tagger's marginal, or "
+                                    "the tag's belief under joint inference); null when the tags were given")
     feats_prob: float | None = Field(None, description="probability of the predicted FEATS bundle (null when "
                                      "FEATS were given or the model has no morphological features)")
 
@@ -310,6 +316,11 @@ class ParseResponse(BaseModel):
 class MarginalsSentence(BaseModel):
     forms: list[str]
     marginals: list[list[float]] = Field(description="marginals[m-1][h] = p(head of word m is h), h = 0 is ROOT")
+    upos_prob: list[float | None] | None = Field(None, description="per word, the probability of its UPOS (null "
+                                                 "for given tags)")
+    tag_marginals: list[dict[str, float]] | None = Field(None, description="with tag_marginals: per word, the "
+                                                         "tagger's probability of every UPOS tag (null when the "
+                                                         "sentence came with its tags)")
 
 
 class MarginalsResponse(BaseModel):

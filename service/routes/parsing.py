@@ -148,8 +148,13 @@ async def parse(req: ParseRequest, state: State, request: Request) -> Response:
 
 @router.post("/marginals", response_model=MarginalsResponse, responses=ERRORS, openapi_extra=BODY_RULES)
 async def marginals_post(req: MarginalsRequest, state: State, request: Request) -> JSONResponse:
-    """Arc marginals: ``marginals[m-1][h]`` is the probability that word m's head is h (h = 0 is ROOT)."""
-    return JSONResponse(await _run(state, request, req, parsing.marginals_json, tag_samples_ok=True))
+    """Arc marginals: ``marginals[m-1][h]`` is the probability that word m's head is h (h = 0 is ROOT); each
+    word's ``upos_prob``, and with ``tag_marginals`` its whole UPOS distribution."""
+    return JSONResponse(await _run(state, request, req, _marginals_builder(req.tag_marginals), tag_samples_ok=True))
+
+
+def _marginals_builder(tag_marginals: bool) -> Builder:
+    return lambda sentences, parsed: parsing.marginals_json(sentences, parsed, tag_marginals)
 
 
 def _one_sentence(item: dict[str, Any]) -> WithJsonSchema:
@@ -177,6 +182,7 @@ async def marginals_get(
     tag_samples: Annotated[int | None, Query(ge=0, le=MAX_TAG_SAMPLES,
                                              description="as inference.tag_samples of POST /marginals",
                                              json_schema_extra={"x-limit": "max_tag_samples"})] = None,
+    tag_marginals: Annotated[bool, Query(description="as tag_marginals of POST /marginals")] = False,
 ) -> JSONResponse:
     """The same as ``POST /marginals`` for one sentence given in the query string: exactly one of ``text`` or
     ``tokens`` (which a query string's schema cannot say: ``x-beyond-schema``)."""
@@ -189,10 +195,11 @@ async def marginals_get(
             "text": text, "tokens": [tokens] if tokens is not None else None,
             "tags": [tags] if tags is not None else None, "xpos": [xpos] if xpos is not None else None,
             "model": model, "inference": {k: v for k, v in (("method", method), ("iterations", iterations),
-                                                            ("tag_samples", tag_samples)) if v is not None}})
+                                                            ("tag_samples", tag_samples)) if v is not None},
+            "tag_marginals": tag_marginals})
     except ValidationError as e:
         raise RequestValidationError([{**err, "loc": ("query", *err["loc"])} for err in e.errors()]) from e
-    return JSONResponse(await _run(state, request, req, parsing.marginals_json, tag_samples_ok=True))
+    return JSONResponse(await _run(state, request, req, _marginals_builder(tag_marginals), tag_samples_ok=True))
 
 
 @router.post("/confidence", response_model=ConfidenceResponse, responses=ERRORS, openapi_extra=BODY_RULES)

@@ -81,13 +81,15 @@ def gated_runner(client: TestClient) -> Iterator[threading.Event]:
 
 
 def assert_same_parse(alone: dict[str, Any], batched: dict[str, Any]) -> None:
-    """Trees, labels and tags identical; probabilities equal up to rounding (the engine's stacked BP sums in
-    an order that depends on the stack, ``service.parse_batch``); everything else identical."""
+    """Trees, labels and tags identical; probabilities equal up to rounding (the engine's stacked BP and the
+    tagger sum in an order that depends on the stack, ``service.parse_batch``); everything else identical."""
     def split(doc: dict[str, Any]) -> tuple[str, list[float]]:
         floats: list[float] = []
         for s in doc["sentences"]:
             for t in s["tokens"]:
                 floats += [t.pop("prob"), t.pop("deprel_prob")]
+                upos_prob = t.pop("upos_prob")  # the tagger's forward-backward is stacked over sentences too
+                floats.append(-1.0 if upos_prob is None else upos_prob)
             floats.append(s["inference"].pop("residual"))
         return json.dumps(doc, sort_keys=True), floats
 

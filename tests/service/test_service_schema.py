@@ -288,7 +288,8 @@ def test_limits_in_the_document_are_the_settings(tmp_path: pytest.TempPathFactor
     query = {p["name"]: p["schema"] for p in doc["paths"]["/marginals"]["get"]["parameters"]}
     assert query["tokens"]["maxItems"] == 9
     assert doc["paths"]["/jobs"]["post"]["security"] == [{}, {"HTTPBearer": []}]
-    assert doc["paths"]["/jobs"]["post"]["x-beyond-schema"].keys() == {"job-config", "treebank", "idempotency-key"}
+    assert doc["paths"]["/jobs"]["post"]["x-beyond-schema"].keys() == {"job-config", "treebank", "idempotency-key",
+                                                                             "parse-job"}
 
 
 def test_errors_documented_as_problems(live_url: str) -> None:
