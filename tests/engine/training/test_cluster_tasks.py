@@ -1,0 +1,136 @@
+"""The independent trainings as Dask tasks (``engine.training.tasks``) on a ``LocalCluster`` of 2 worker
+processes: the seeds' parsers, the jackknife's fold taggers and the labeller's stacking folds give a model whose
+every array is bit for bit the sequential run's, also when a worker is killed while a seed's task runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine.training.options import TrainOptions
+from engine.training.tasks import ClusterMap, sequential_map
+
+TIMEOUT = "180s"  # a loaded 2-core machine: starting worker processes can take long
+TIMING = ("seconds", "train_seconds", "created")  # the only manifest fields that may differ between runs
+
+
+def _cluster() -> Any:
+    distributed = pytest.importorskip("distributed", reason="dask.distributed is not installed (the cluster extra)")
+    return distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    with _cluster() as cl:
+        yield cl
+
+
+def _subset(ewt_dir: Path, tmp_path: Path, n: int) -> Path:
+    path = tmp_path / "train.conllu"
+    blocks = (ewt_dir / "en_ewt-ud-train.conllu").read_text(encoding="utf-8").split("\n\n")[:n]
+    path.write_text("\n\n".join(blocks) + "\n\n", encoding="utf-8")
+    return path
+
+
+def _without_timing(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_timing(v) for k, v in value.items() if k not in TIMING and k != "cluster"}
+    if isinstance(value, list):
+        return [_without_timing(v) for v in value]
+    return value
+
+
+def assert_same_model(one: Path, two: Path) -> None:
+    """Every array file of the two model directories is equal bit for bit (same dtype, shape and values), and
+    the manifests differ only in timings."""
+    arrays = sorted(p.name for p in one.glob("*.npy"))
+    assert arrays and arrays == sorted(p.name for p in two.glob("*.npy"))
+    for name in arrays:
+        a, b = np.load(one / name, allow_pickle=False), np.load(two / name, allow_pickle=False)
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert np.array_equal(a, b), f"{name}: max |difference| {np.abs(a.astype(float) - b.astype(float)).max()}"
+    manifests = [json.loads((d / "manifest.json").read_text(encoding="utf-8")) for d in (one, two)]
+    assert _without_timing(manifests[0]) == _without_timing(manifests[1])
+
+
+def test_the_cluster_map_returns_the_results_in_order_and_raises_a_tasks_error(cluster: Any) -> None:
+    from distributed import Client
+
+    with Client(cluster, timeout=TIMEOUT) as client:
+        client.wait_for_workers(2, timeout=TIMEOUT)
+        offset = 10  # a closure: shipped by value
+
+        def add(a: int, b: int) -> int:
+            if a < 0:
+                raise ValueError(f"negative {a}")
+            return a + b + offset
+
+        arguments = [(a, 2 * a) for a in range(7)]
+        assert ClusterMap(client)(add, arguments) == sequential_map(add, arguments) == [3 * a + 10 for a in range(7)]
+        with pytest.raises(ValueError, match="negative -1"):
+            ClusterMap(client)(add, [(1, 1), (-1, 0)])
+
+
+@pytest.mark.slow
+def test_seeds_and_folds_on_the_cluster_give_the_sequential_model(cluster: Any, ewt_dir: Path,
+                                                                   tmp_path: Path) -> None:
+    """Tagger (3 jackknife folds), 2 parser seeds, stacked labeller (3 folds): the same arrays, bit for bit;
+    progress still rises to 1."""
+    from engine.training.pipeline import train_model
+
+    path = _subset(ewt_dir, tmp_path, 90)
+    options = dict(epochs=2, dim=1 << 18, components=("parser", "tagger", "labeler"), batch_size=8, seeds=2,
+                   folds=3)
+    train_model(path, path, tmp_path / "one", TrainOptions(**options), progress=False)
+    seen: list[tuple[float, str]] = []
+    train_model(path, path, tmp_path / "two", TrainOptions(**options, cluster=cluster.scheduler_address),
+                progress=False, on_progress=lambda fraction, stage: seen.append((fraction, stage)))
+    assert_same_model(tmp_path / "one", tmp_path / "two")
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    assert len([f for f, stage in seen if stage == "training"]) > 2  # the seeds' batches reported, not just the end
+    from distributed import Client
+
+    with Client(cluster, timeout=TIMEOUT) as observer:  # the work did run on the cluster's workers
+        prefixes = observer.run_on_scheduler(lambda dask_scheduler: dict(dask_scheduler.task_prefixes))
+        assert "run_task" in prefixes
+
+
+@pytest.mark.slow
+def test_a_seed_task_whose_worker_is_killed_is_rerun(ewt_dir: Path, tmp_path: Path) -> None:
+    """A worker process is killed (SIGKILL) while the seeds' tasks run (after their first progress event): Dask
+    reruns its task on a worker (the nanny starts a new one), the training succeeds, the model is the
+    sequential one."""
+    from distributed import Client
+
+    from engine.training.pipeline import train_model
+
+    path = _subset(ewt_dir, tmp_path, 150)
+    options = dict(epochs=3, dim=1 << 18, components=("parser",), batch_size=8, seeds=2)
+    train_model(path, path, tmp_path / "one", TrainOptions(**options), progress=False)
+    with _cluster() as cl, Client(cl, timeout=TIMEOUT) as client:
+        client.wait_for_workers(2, timeout=TIMEOUT)
+        before = set(client.scheduler_info()["workers"])
+        killed: list[int] = []
+
+        def on_progress(fraction: float, stage: str) -> None:
+            if stage == "training" and not killed:
+                busy = [w for w, keys in client.processing().items() if keys]
+                if busy:
+                    pid = client.run(os.getpid, workers=busy[:1])[busy[0]]
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+
+        train_model(path, path, tmp_path / "two", TrainOptions(**options, cluster=cl.scheduler_address),
+                    progress=False, on_progress=on_progress)
+        assert killed  # a worker was killed mid-task
+        client.wait_for_workers(2, timeout=TIMEOUT)
+        assert set(client.scheduler_info()["workers"]) != before  # and replaced by a new one
+    assert_same_model(tmp_path / "one", tmp_path / "two")
