@@ -86,7 +86,7 @@ def test_seeds_and_folds_on_the_cluster_give_the_sequential_model(cluster: Any, 
     from engine.training.pipeline import train_model
 
     path = _subset(ewt_dir, tmp_path, 90)
-    options = dict(epochs=2, dim=1 << 18, components=("parser", "tagger", "labeler"), batch_size=8, seeds=2,
+    options = dict(epochs=2, dim=1 << 18, components=("parser", "tagger", "labeler"), batch_size=8, seeds=2, name="m",
                    folds=3)
     train_model(path, path, tmp_path / "one", TrainOptions(**options), progress=False)
     seen: list[tuple[float, str]] = []
@@ -113,7 +113,7 @@ def test_a_seed_task_whose_worker_is_killed_is_rerun(ewt_dir: Path, tmp_path: Pa
     from engine.training.pipeline import train_model
 
     path = _subset(ewt_dir, tmp_path, 150)
-    options = dict(epochs=3, dim=1 << 18, components=("parser",), batch_size=8, seeds=2)
+    options = dict(epochs=3, dim=1 << 18, components=("parser",), batch_size=8, seeds=2, name="m")
     train_model(path, path, tmp_path / "one", TrainOptions(**options), progress=False)
     with _cluster() as cl, Client(cl, timeout=TIMEOUT) as client:
         client.wait_for_workers(2, timeout=TIMEOUT)
