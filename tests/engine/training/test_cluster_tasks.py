@@ -4,31 +4,22 @@ every array is bit for bit the sequential run's, also when a worker is killed wh
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
+from cluster_helpers import TIMEOUT, assert_same_model, local_cluster
 
 from engine.training.options import TrainOptions
 from engine.training.tasks import ClusterMap, sequential_map
 
-TIMEOUT = "180s"  # a loaded 2-core machine: starting worker processes can take long
-TIMING = ("seconds", "train_seconds", "created")  # the only manifest fields that may differ between runs
-
-
-def _cluster() -> Any:
-    distributed = pytest.importorskip("distributed", reason="dask.distributed is not installed (the cluster extra)")
-    return distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None)
-
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    with _cluster() as cl:
+    with local_cluster() as cl:
         yield cl
 
 
@@ -37,27 +28,6 @@ def _subset(ewt_dir: Path, tmp_path: Path, n: int) -> Path:
     blocks = (ewt_dir / "en_ewt-ud-train.conllu").read_text(encoding="utf-8").split("\n\n")[:n]
     path.write_text("\n\n".join(blocks) + "\n\n", encoding="utf-8")
     return path
-
-
-def _without_timing(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_timing(v) for k, v in value.items() if k not in TIMING and k != "cluster"}
-    if isinstance(value, list):
-        return [_without_timing(v) for v in value]
-    return value
-
-
-def assert_same_model(one: Path, two: Path) -> None:
-    """Every array file of the two model directories is equal bit for bit (same dtype, shape and values), and
-    the manifests differ only in timings."""
-    arrays = sorted(p.name for p in one.glob("*.npy"))
-    assert arrays and arrays == sorted(p.name for p in two.glob("*.npy"))
-    for name in arrays:
-        a, b = np.load(one / name, allow_pickle=False), np.load(two / name, allow_pickle=False)
-        assert a.dtype == b.dtype and a.shape == b.shape, name
-        assert np.array_equal(a, b), f"{name}: max |difference| {np.abs(a.astype(float) - b.astype(float)).max()}"
-    manifests = [json.loads((d / "manifest.json").read_text(encoding="utf-8")) for d in (one, two)]
-    assert _without_timing(manifests[0]) == _without_timing(manifests[1])
 
 
 def test_the_cluster_map_returns_the_results_in_order_and_raises_a_tasks_error(cluster: Any) -> None:
@@ -115,7 +85,7 @@ def test_a_seed_task_whose_worker_is_killed_is_rerun(ewt_dir: Path, tmp_path: Pa
     path = _subset(ewt_dir, tmp_path, 150)
     options = dict(epochs=3, dim=1 << 18, components=("parser",), batch_size=8, seeds=2, name="m")
     train_model(path, path, tmp_path / "one", TrainOptions(**options), progress=False)
-    with _cluster() as cl, Client(cl, timeout=TIMEOUT) as client:
+    with local_cluster() as cl, Client(cl, timeout=TIMEOUT) as client:
         client.wait_for_workers(2, timeout=TIMEOUT)
         before = set(client.scheduler_info()["workers"])
         killed: list[int] = []
