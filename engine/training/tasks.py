@@ -17,8 +17,9 @@ on the others) and rerun from its start: its result is the same.
 
 Progress: with ``on_batch``, each task calls ``fn(*a, report)`` and ``report(done, total)`` reaches the driver
 as a Dask event (``Worker.log_event``, throttled); the driver sums the tasks' counts (a rerun task's count never
-goes back) and calls ``on_batch(done, total)`` between its waits. When ``on_batch`` raises (a cancelled job) or
-the driver is interrupted, the tasks not finished are cancelled and the exception propagates.
+goes back) and calls ``on_batch(done, total)`` after each wait (every ``POLL_SECONDS`` at least, so that a
+cancellation raised by it is seen within that time, even before the first event). When ``on_batch`` raises (a
+cancelled job) or the driver is interrupted, the tasks not finished are cancelled and the exception propagates.
 """
 
 from __future__ import annotations
@@ -128,6 +129,8 @@ class ClusterMap:
                     on_batch(min(sum(d for d, _ in counts.values()), len(futures) * total), len(futures) * total)
                 elif finished:
                     on_batch(finished, len(futures))
+                else:  # nothing counted yet (e.g. the tasks are extracting features): still a cancellation check
+                    on_batch(0, 1)
 
 
 def task_map(client: Any | None) -> Callable[..., list[Any]]:

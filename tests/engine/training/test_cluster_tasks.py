@@ -63,6 +63,11 @@ def test_the_tasks_progress_reaches_the_driver(cluster: Any) -> None:
         calls: list[tuple[int, int]] = []
         assert ClusterMap(client)(count, [(4,), (4,)], lambda done, total: calls.append((done, total))) == [4, 4]
         assert calls[-1] == (8, 8) and calls == sorted(calls)
+        def cancel(done: int, total: int) -> None:
+            raise KeyError("the job was cancelled")  # what the job runner's check raises, in kind
+
+        with pytest.raises(KeyError, match="cancelled"):  # raised by the driver's first check, tasks cancelled
+            ClusterMap(client)(count, [(4,), (4,)], cancel)
     here: list[tuple[int, int]] = []
     assert sequential_map(count, [(4,), (4,)], lambda done, total: here.append((done, total))) == [4, 4]
     assert here == [(d, 8) for d in range(1, 9)]
