@@ -128,3 +128,21 @@ def test_a_seed_task_whose_worker_is_killed_is_rerun(ewt_dir: Path, tmp_path: Pa
         client.wait_for_workers(2, timeout=TIMEOUT)
         assert set(client.scheduler_info()["workers"]) != before  # and replaced by a new one
     assert_same_model(tmp_path / "one", tmp_path / "two")
+
+
+@pytest.mark.slow
+def test_second_order_seeds_on_the_cluster_give_the_sequential_model(cluster: Any, ewt_dir: Path,
+                                                                      tmp_path: Path) -> None:
+    """Order 2 (surrogate CLL under BP) on a given pruner, 2 seeds as tasks: each task deserialises its own copy
+    of the BP parser and starts from the pruner's weights; the model is the sequential one, bit for bit."""
+    from engine.training.pipeline import train_model
+
+    path = _subset(ewt_dir, tmp_path, 40)
+    base = dict(epochs=2, dim=2048, second_dim=1024, batch_size=4, components=("parser",), name="m")
+    train_model(path, path, tmp_path / "pruner", TrainOptions(**base), progress=False)
+    options = dict(base, order=2, seeds=2)
+    train_model(path, path, tmp_path / "one", TrainOptions(**options), pruner_path=tmp_path / "pruner",
+                progress=False)
+    train_model(path, path, tmp_path / "two", TrainOptions(**options, cluster=cluster.scheduler_address),
+                pruner_path=tmp_path / "pruner", progress=False)
+    assert_same_model(tmp_path / "one", tmp_path / "two")
