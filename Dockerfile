@@ -1,6 +1,7 @@
 # API image: `python -m service` on port 8000 with the shipped models in /app/models and the job store,
-# uploads and models trained by jobs in the /data volume. docker-compose.yml runs the same image twice:
-# `api` (this CMD, --workers 0: the web process never trains) and `worker` (python -m service.worker).
+# uploads and models trained by jobs in the /data volume. docker-compose.yml runs the same image as
+# `api` (this CMD, --workers 0: the web process never trains), `worker` (python -m service.worker), and a Dask
+# cluster: `scheduler` (dask scheduler) and `dask-worker` (dask worker), hence the `cluster` extra.
 # Checked for real by `python bench/deploy_check.py` (build, compose up, parse, train, restart, teardown);
 # it builds with the legacy builder too (`DOCKER_BUILDKIT=0 docker build -t bp-parser:latest .`), so no
 # `# syntax=` line: that would make BuildKit fetch a frontend image from a registry.
@@ -18,7 +19,7 @@ COPY service ./service
 # pip and setuptools); bench/deploy_check.py parses and trains in the image, so what is left must work.
 # The compiled kernels (numba) are compiled here, once, into NUMBA_CACHE_DIR: the runtime loads them from there
 # instead of compiling at every start (numba needs that directory writable by the user that runs it).
-RUN pip install . \
+RUN pip install '.[cluster]' \
     && pip uninstall --yes pip setuptools \
     && find /opt/venv -depth -type d -path '*/site-packages/*' -name tests -exec rm -rf {} + \
     && cd / && python -m engine.compiled

@@ -47,8 +47,9 @@ class Settings(BaseSettings):
     workers: int = Field(1, ge=0, le=64, description="training worker processes in this process's pool "
                          "(0: jobs wait for an external `python -m service.worker`)")
     dask_scheduler: str | None = Field(None, pattern=r"^tcp://[^\s:/]+:[0-9]+$", description="tcp://HOST:8786: "
-                                       "parse jobs send their chunks to this Dask cluster's workers (which must "
-                                       "see the models at the same paths); unset: the job's own process parses")
+                                       "parse jobs send their chunks, and training jobs their independent "
+                                       "trainings, to this Dask cluster's workers (which must see the models at "
+                                       "the same paths); unset: the job's own process does the work")
     default_model: str = Field("en_ewt", pattern=MODEL_NAME.pattern)
     api_key: str | None = Field(None, validation_alias=AliasChoices("API_KEY", "PARSER_API_KEY"))
     allow_open_jobs: bool = Field(False, description="without API_KEY, serve the /jobs routes to anyone "

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypedDict
 
 import numpy as np
@@ -231,6 +231,7 @@ class LogLinearLabeler:
         folds: int = 0,
         context_templates: Sequence[Sequence[str]] = CONTEXT_TEMPLATES,
         group: int = 1,
+        map_tasks: Callable[..., list[Any]] | None = None,
     ) -> LogLinearLabeler:
         """Fit on gold trees (``heads``, ``deprels``; tags may be predicted). ``dev``: pick the best epoch.
 
@@ -241,7 +242,10 @@ class LogLinearLabeler:
 
         ``group``: the sentences come in runs of ``group`` copies of one sentence (the same words and tree under
         different tags, ``engine.training.pipeline``); the folds never split a run, so no first stage labels
-        a sentence it was trained on."""
+        a sentence it was trained on.
+
+        ``map_tasks(fn, arguments)`` runs the stacking folds, which are independent (``engine.training.tasks``:
+        Dask tasks with ``train --cluster``); their labels are joined in fold order, as the loop here does."""
         train = [s for s in sentences if s.heads is not None and len(s.forms)]
         if not train:
             raise ValueError("no training sentences with heads")
@@ -252,15 +256,20 @@ class LogLinearLabeler:
         first = cls._fit(train, dev, templates, **settings)
         if folds < 2 or len(train) < folds * group:
             return first
-        start = time.perf_counter()
-
-        held_out: list[list[str]] = []
         fold_settings = settings.copy()
         fold_settings["epochs"] = first.info["best_epoch"]  # each fold's first stage: the chosen epochs
-        for k, (lo, hi) in enumerate((group * a, group * b) for a, b in fold_bounds(len(train) // group, folds)):
+        fold_settings["progress"] = progress and map_tasks is None
+
+        def fold(lo: int, hi: int) -> list[list[str]]:
+            began = time.perf_counter()
             part = cls._fit([*train[:lo], *train[hi:]], None, templates, **fold_settings)
-            held_out.extend(labels for labels, _ in part.predict_batch(train[lo:hi], [s.heads for s in train[lo:hi]]))
-            log.info("labeller stacking: fold %d/%d labelled (%.1f s)", k + 1, folds, time.perf_counter() - start)
+            labels = [labels for labels, _ in part.predict_batch(train[lo:hi], [s.heads for s in train[lo:hi]])]
+            log.info("labeller stacking: fold %d-%d labelled (%.1f s)", lo, hi, time.perf_counter() - began)
+            return labels
+
+        bounds = [(group * a, group * b) for a, b in fold_bounds(len(train) // group, folds)]
+        held_out = [labels for part in (map_tasks(fold, bounds) if map_tasks is not None else
+                                        [fold(*b) for b in bounds]) for labels in part]
         second = cls._fit(train, dev, [*templates, *context_templates], context=first, train_context=held_out,
                           **settings)
         second.info["folds"] = folds

@@ -9,13 +9,17 @@ The fold taggers can also draw tag sequences from their posterior ``p(y | x)`` f
 (``jackknife_tag_draws``): the labeller trains on copies of each sentence under such draws as well
 (``engine.training.pipeline``, ``--labeler-tag-samples``), so that it has seen the kinds of tag errors that
 the draws averaged at parse time contain (``engine.decode.tag_marginal``).
+
+The folds are independent: ``map_tasks`` (``engine.training.tasks``: a Dask task per fold with ``train
+--cluster``) runs them, each fold returning its held-out sentences' tags; the driver writes them back in fold
+order, so the result is that of the sequential loop.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,6 +29,9 @@ from engine.data.conllu_io import Sentence
 from engine.text.tagger import Tagger
 
 log = logging.getLogger(__name__)
+
+TaskMap = Callable[..., list[Any]]  # map(fn, arguments) -> [fn(*a) for a in arguments], maybe on a cluster
+FoldTags = list[tuple[list[str], list[str], list[tuple[list[str], list[str]]]]]  # per sentence: UPOS, XPOS, draws
 
 
 def fold_bounds(n: int, folds: int) -> list[tuple[int, int]]:
@@ -56,23 +63,38 @@ def jackknife_tag_draws(
     train_kwargs: dict[str, Any] | None = None,
     progress: bool = False,
     samples: int = 0,
+    map_tasks: TaskMap | None = None,
 ) -> tuple[list[Sentence], list[list[tuple[list[str], list[str]]]]]:
     """``jackknife_tags``, and for each sentence ``samples`` (UPOS, XPOS) sequences drawn from the posterior
-    of the same fold tagger that gave it its best tags (``Tagger.tag(..., samples=)``)."""
+    of the same fold tagger that gave it its best tags (``Tagger.tag(..., samples=)``). ``map_tasks`` runs the
+    folds (default: one after the other here)."""
     folds = min(folds, len(sentences))
     if folds < 2:
         raise ValueError("jackknifing needs at least 2 folds and 2 sentences")
     kwargs = {"seed": seed, **(train_kwargs or {})}
     out = [copy.deepcopy(s) for s in sentences]
     draws: list[list[tuple[list[str], list[str]]]] = [[] for _ in sentences]
-    for k, (start, end) in enumerate(tqdm(fold_bounds(len(sentences), folds), desc="jackknife folds",
-                                          unit="fold", disable=not progress)):
+    bounds = fold_bounds(len(sentences), folds)
+
+    def fold(start: int, end: int) -> FoldTags:
         rest = [*sentences[:start], *sentences[end:]]
         tagger = Tagger.train(rest, **kwargs)
-        held_out = out[start:end]
-        for i, (sent, result) in enumerate(zip(held_out, tagger.tag(held_out, samples=samples), strict=True)):
-            sent.upos, sent.xpos = result.upos, result.xpos
-            draws[start + i] = [(list(u), list(x)) for u, x in result.samples]
-        log.info("jackknife fold %d/%d: sentences %d-%d tagged by a model of %d sentences",
-                 k + 1, folds, start, end, len(rest))
+        tagged = [(list(r.upos), list(r.xpos), [(list(u), list(x)) for u, x in r.samples])
+                  for r in tagger.tag(sentences[start:end], samples=samples)]
+        log.info("jackknife fold: sentences %d-%d tagged by a model of %d sentences", start, end, len(rest))
+        return tagged
+
+    if map_tasks is None:  # here, one fold after the other, with a progress bar
+        bar = tqdm(total=folds, desc="jackknife folds", unit="fold", disable=not progress)
+        results = []
+        for b in bounds:
+            results.append(fold(*b))
+            bar.update()
+        bar.close()
+    else:
+        results = map_tasks(fold, bounds)
+    for (start, _), tagged in zip(bounds, results, strict=True):
+        for i, (upos, xpos, drawn) in enumerate(tagged):
+            out[start + i].upos, out[start + i].xpos = upos, xpos
+            draws[start + i] = drawn
     return out, draws

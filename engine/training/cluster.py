@@ -20,8 +20,8 @@ dimension (4M weights = 32 MB per step would swamp the gain); the driver keeps e
 ``dask`` and ``distributed`` are an optional extra (``pip install .[cluster]``): they are imported only inside
 the functions that need them, so the engine installs and runs without them. Dask moves the sentences and the
 arrays between its own processes with its serialisation; nothing is persisted that way (models stay
-pickle-free). A worker lost mid-training is not yet recovered from (its shard's scattered sentences go with
-it); failure handling is a later piece of issue 27.
+pickle-free). A worker lost mid-training is not recovered from here (its shard's scattered sentences go with
+it); the independent trainings run as tasks (``engine.training.tasks``) are, by Dask's rescheduling.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from engine.features.extract import FeatureExtractor
 from engine.kernels.exact import TreeConstraint
 
 CLUSTER_SPEC = re.compile(r"local:(?P<n>[1-9][0-9]*)|tcp://[^\s:/]+:[0-9]+")
-TIMEOUT = "120s"  # connecting to a scheduler, waiting for workers
+TIMEOUT = "120s"  # starting a LocalCluster's workers and waiting for them
+CONNECT_TIMEOUT = "30s"  # reaching an existing scheduler (it answers in milliseconds when it is up)
 
 
 def check_spec(spec: str) -> None:
@@ -67,7 +68,11 @@ def connect(spec: str) -> Iterator[Any]:
             client.wait_for_workers(n, timeout=TIMEOUT)
             yield client
     else:
-        with Client(spec, timeout=TIMEOUT) as client:
+        try:
+            client = Client(spec, timeout=CONNECT_TIMEOUT)
+        except OSError as e:  # distributed raises OSError("Timed out trying to connect ...")
+            raise ConnectionError(f"cannot reach the Dask scheduler at {spec} ({e})".replace("\n", " ")) from e
+        with client:
             yield client
 
 

@@ -111,10 +111,11 @@ class TrainOptions:
                             "(Gormley et al. 2015)", choices=OBJECTIVES, job=False)
     anneal: tuple[float, float] = option((1.0, 0.1), "annealed-risk temperature, linear from T0 to T1 over the AR "
                                          "steps", gt=0, metavar="T0,T1", job=False)
-    cluster: str | None = option(None, "compute the first-order CLL gradients (the parser at order 1, the pruner at "
-                                 "order 2) data-parallel on a Dask cluster: local:N (a LocalCluster of N worker "
-                                 "processes) or tcp://HOST:8786 (an existing scheduler); needs the cluster extra "
-                                 "(docs/results/cluster.md)", metavar="SPEC", job=False)
+    cluster: str | None = option(None, "train on a Dask cluster: local:N (a LocalCluster of N worker processes) or "
+                                 "tcp://HOST:8786 (an existing scheduler); the --seeds parsers, jackknife folds and "
+                                 "labeler folds run as its tasks (the same model), a single first-order CLL run "
+                                 "data-parallel; needs the cluster extra (docs/results/cluster.md)", metavar="SPEC",
+                                 job=False)
     tag_samples: int = option(0, "the model's default number of tag samples (inference.tag_samples) for parse, "
                               "evaluate and the service: marginals of words it tags averaged over this many tag "
                               "sequences from its tagger as well as the best one (needs the tagger; the dev "

@@ -13,7 +13,7 @@ import copy
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import ExitStack
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from engine.training.objectives import AnnealSchedule
 from engine.training.options import TrainOptions, TrainOptionsError  # declared there; imported from here too
 from engine.training.seeds import train_seeds
 from engine.training.surrogate import train_surrogate
+from engine.training.tasks import task_map
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,7 @@ class _Data:
     dev_gold: list[Any] | None
     train_draws: list[Any] = field(default_factory=list)  # per training sentence, for the labeller
     dev_draws: list[Any] = field(default_factory=list)  # per dev sentence (options.tag_samples of them)
+    client: Any = None  # the Dask client of --cluster, which the components train on
 
 
 @dataclass
@@ -164,8 +166,9 @@ def _train_tagger(data: _Data, options: TrainOptions, report: _Progress, progres
     labeller train on jackknifed tags, dev is tagged as ``evaluate --tags predicted`` will tag it."""
     report("training tagger")
     jackknifed, data.train_draws = jackknife_tag_draws(data.train, folds=options.folds, seed=options.seed,
-                                                       progress=progress,
-                                                       samples=options.effective_labeler_tag_samples)
+                                                       progress=progress and data.client is None,
+                                                       samples=options.effective_labeler_tag_samples,
+                                                       map_tasks=task_map(data.client))
     report("training tagger", 0.8)
     tagger = Tagger.train(data.train, dev=data.dev, seed=options.seed, progress=progress)
     data.train = jackknifed
@@ -195,7 +198,11 @@ def _train_first_order(data: _Data, options: TrainOptions, labeler: CountLabeler
     report(stage)
 
     cll = order == 2 or options.objective == "cll"
-    client: Any = None
+    seeds = [options.seed + k for k in range(options.seeds)] if order == 1 else [options.seed]
+    # --cluster: several seeds run as Dask tasks (each in one process); one seed's first-order CLL is data-parallel
+    tasks = task_map(data.client) if data.client is not None and len(seeds) > 1 else None
+    client = data.client if cll and tasks is None else None
+    progress = progress and tasks is None
 
     def run_first(seed: int, on_batch: Callable[[int, int], None]) -> Any:
         if not cll:  # loss-aware training with exact inference (§4)
@@ -206,11 +213,7 @@ def _train_first_order(data: _Data, options: TrainOptions, labeler: CountLabeler
                                           l2=options.l2, seed=seed),
                          dev_uas_first if dev else None, progress, on_batch, client)
 
-    seeds = [options.seed + k for k in range(options.seeds)]
-    with ExitStack() as stack:  # --cluster: only first-order CLL (the parser or the pruner) runs on it for now
-        if options.cluster and cll:
-            client = stack.enter_context(connect(options.cluster))
-        result, runs = train_seeds(run_first, seeds if order == 1 else [options.seed], report.batches(stage))
+    result, runs = train_seeds(run_first, seeds, report.batches(stage), tasks)
     first.weights = result.weights
     if result.interrupted and order == 2:
         order = 1  # stopped while training the pruner: save what we have as a first-order model
@@ -248,6 +251,9 @@ def _train_second_order(first: FirstOrderParser, data: _Data, options: TrainOpti
 
     report("training")
     warm_start = model.weights.copy()
+    seeds = [options.seed + k for k in range(options.seeds)]
+    tasks = task_map(data.client) if data.client is not None and len(seeds) > 1 else None  # seeds as Dask tasks
+    progress = progress and tasks is None
 
     def run_second(seed: int, on_batch: Callable[[int, int], None]) -> Any:
         model.weights = warm_start.copy()  # every run starts from the pruner's weights
@@ -258,8 +264,7 @@ def _train_second_order(first: FirstOrderParser, data: _Data, options: TrainOpti
         return train_erma(model, train, replace(erma_config(options), seed=seed), bp, dev_uas if dev else None,
                           progress, on_batch)
 
-    seeds = [options.seed + k for k in range(options.seeds)]
-    result, runs = train_seeds(run_second, seeds, report.batches("training"))
+    result, runs = train_seeds(run_second, seeds, report.batches("training"), tasks)
     model.weights = result.weights
     if options.objective == "cll":
         training: dict[str, Any] = {"objective": "surrogate-cll", "factors": families}
@@ -276,7 +281,8 @@ def _train_labeler(data: _Data, options: TrainOptions, report: _Progress, progre
     copies = options.effective_labeler_tag_samples if data.train_draws else 0  # draws only with a tagger
     labeler_train = with_tag_copies(data.train, data.train_draws) if copies else data.train
     labeler = LogLinearLabeler.train(labeler_train, dev=data.dev, seed=options.seed, progress=progress,
-                                     folds=options.folds, buckets=LABELER_BUCKETS, group=1 + copies)
+                                     folds=options.folds, buckets=LABELER_BUCKETS, group=1 + copies,
+                                     map_tasks=task_map(data.client))
     labeler.info["tag_samples"] = copies
     return labeler
 
@@ -320,10 +326,25 @@ def train_model(
     (``interrupted`` is then true; an order-2 run stopped while training its pruner saves the pruner).
     Raises ``ConlluError`` for bad treebanks, ``ModelError`` for a bad pruner and
     ``TrainOptionsError`` for a pruner that does not match the options.
+
+    ``options.cluster``: the independent trainings (the seeds' parsers, the jackknife folds, the labeller's
+    first-stage folds) run as Dask tasks on that cluster (``engine.training.tasks``), and a single first-order
+    CLL run data-parallel (``engine.training.cluster``); the cluster is connected to first, so an unreachable
+    scheduler fails the training before any work, and nothing is saved.
     """
+    with connect(options.cluster) if options.cluster else nullcontext() as client:
+        return _train_model(train_path, dev_path, out_dir, options, client, pruner_path=pruner_path,
+                            progress=progress, on_progress=on_progress, extra_manifest=extra_manifest)
+
+
+def _train_model(train_path: PathLike, dev_path: PathLike | None, out_dir: PathLike, options: TrainOptions,
+                 client: Any, *, pruner_path: PathLike | None, progress: bool, on_progress: ProgressCallback | None,
+                 extra_manifest: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None) -> dict[str, Any]:
+    """``train_model``'s work, with ``client`` the Dask client of ``--cluster`` (or None)."""
     report = _Progress(on_progress, _spans(options.order, pruner_path is None, options.components))
     report("loading")
     data = _load(train_path, dev_path, options)
+    data.client = client
     parts: dict[str, Any] = {}
     if "tokenizer" in options.components:
         report("training tokenizer")

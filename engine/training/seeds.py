@@ -8,6 +8,11 @@ UAS 85.86 against 85.33-85.64 for each run alone) in one command, with one prune
 
 Ctrl-C during a run stops there: the model is the mean of the runs finished so far and the interrupted run's
 best epoch (if it finished one), and ``interrupted`` is set.
+
+With a task map (``engine.training.tasks``, ``train --cluster``) the runs are independent Dask tasks, run at the
+same time on the workers; each computes exactly what the same run computes here, and the mean is taken over the
+runs in seed order as here, so the weights are bit for bit the sequential ones. Ctrl-C then cancels the tasks
+and stops the command without a model.
 """
 
 from __future__ import annotations
@@ -20,19 +25,23 @@ import numpy as np
 from engine.training.cll import TrainResult
 
 OnBatch = Callable[[int, int], None]
+TaskMap = Callable[..., list[Any]]  # engine.training.tasks: map(fn, arguments, on_batch)
 
 
 def train_seeds(run: Callable[[int, OnBatch], TrainResult], seeds: Sequence[int],
-                on_batch: OnBatch | None = None) -> tuple[TrainResult, list[dict[str, Any]]]:
+                on_batch: OnBatch | None = None,
+                map_tasks: TaskMap | None = None) -> tuple[TrainResult, list[dict[str, Any]]]:
     """``run(seed, on_batch)`` for each seed in turn; return the result whose weights are the mean of the runs'
     (the first run's history, skipped trees and settings; the summed seconds) and one record per run.
 
     With one seed, the run's own result and no records. ``on_batch(done, total)`` reports the batches of all
-    runs together."""
+    runs together. ``map_tasks``: run them as the tasks of this map (``run`` must then survive serialisation)."""
     if not seeds:
         raise ValueError("at least one seed is needed")
     results: list[tuple[int, TrainResult]] = []
-    for k, seed in enumerate(seeds):
+    if map_tasks is not None:
+        results = list(zip(seeds, map_tasks(run, [(seed,) for seed in seeds], on_batch), strict=True))
+    for k, seed in enumerate(seeds if map_tasks is None else []):
         def batch(done: int, total: int, k: int = k) -> None:
             if on_batch is not None:
                 on_batch(k * total + done, len(seeds) * total)

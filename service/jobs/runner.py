@@ -6,6 +6,11 @@ is no longer the job's owner, or when its parent process has died. On success it
 version of the model's name and renames the model into ``<trained_dir>/<name>/v<N>/`` in one step; a
 failed, cancelled or killed (SIGTERM) run leaves no model behind.
 
+With ``PARSER_DASK_SCHEDULER`` set (``Settings().dask_scheduler``, read in the child), the training runs on that
+Dask cluster (``TrainOptions.cluster``, as ``train --cluster``): the independent trainings are its tasks, the
+progress comes back between the child's waits, and a cancel request cancels the tasks at the next check. An
+unreachable scheduler fails the job with a one-line ``ConnectionError`` before any training.
+
 This module imports numpy only inside ``run_job``, after limiting the numeric libraries to one thread.
 """
 
@@ -19,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -167,7 +173,14 @@ def _train(store: JobStore, job: Job, root: Path, tmp: Path, owner: str, parent:
         version["n"] = store.allocate_version(config.name, root)
         return {"name": config.name, "version": version["n"]}
 
-    summary = train(job.train_path, job.dev_path, tmp / "model", config.to_options(), progress=False,
+    from service.settings import Settings
+
+    options = config.to_options()
+    cluster = Settings().dask_scheduler  # PARSER_DASK_SCHEDULER, inherited from the service's environment
+    if cluster:
+        check(0.0, f"connecting to {cluster}", force=True)
+        options = replace(options, cluster=cluster)
+    summary = train(job.train_path, job.dev_path, tmp / "model", options, progress=False,
                     on_progress=check, extra_manifest=reserve_version)
     if summary.get("interrupted"):
         raise RuntimeError("training was interrupted")

@@ -1,0 +1,47 @@
+"""Helpers for the tests of training on a Dask cluster: the 2-process ``LocalCluster`` they use, and the
+comparison of two trained model directories array by array."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+TIMEOUT = "180s"  # a loaded 2-core machine: starting worker processes can take long
+TIMING = ("seconds", "train_seconds", "created")  # manifest fields that differ between two equal runs
+
+
+def local_cluster() -> Any:
+    """A ``LocalCluster`` of 2 single-threaded worker processes (a context manager); skips without Dask."""
+    distributed = pytest.importorskip("distributed", reason="dask.distributed is not installed (the cluster extra)")
+    return distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None)
+
+
+def _without_timing(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_timing(v) for k, v in value.items() if k not in TIMING}
+    if isinstance(value, list):
+        return [_without_timing(v) for v in value]
+    return value
+
+
+def assert_same_arrays(one: Path, two: Path) -> None:
+    """Every array file of the two model directories is equal bit for bit (same dtype, shape and values)."""
+    arrays = sorted(p.name for p in one.glob("*.npy"))
+    assert arrays and arrays == sorted(p.name for p in two.glob("*.npy"))
+    for name in arrays:
+        a, b = np.load(one / name, allow_pickle=False), np.load(two / name, allow_pickle=False)
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert np.array_equal(a, b), f"{name}: max |difference| {np.abs(a.astype(float) - b.astype(float)).max()}"
+
+
+def assert_same_model(one: Path, two: Path, *, blocks: tuple[str, ...] | None = None) -> None:
+    """``assert_same_arrays``, and the manifests equal but for timings (only their ``blocks`` if given)."""
+    assert_same_arrays(one, two)
+    manifests = [json.loads((d / "manifest.json").read_text(encoding="utf-8")) for d in (one, two)]
+    if blocks is not None:
+        manifests = [{k: m.get(k) for k in blocks} for m in manifests]
+    assert _without_timing(manifests[0]) == _without_timing(manifests[1])
