@@ -1,0 +1,120 @@
+"""The X-bar baseline parser end to end (``../shared/design/epic.md`` §4 "Measured baseline"): the generative
+X-bar PCFG (``xbar``), its posteriors over the unpruned chart (``dense``), Max-Recall decoding (``decode``), and
+the coarse pruning mask the factored models will run on (``pruning``).
+
+:class:`XbarParser` parses a sentence of words into a ``(TOP ...)`` tree; :func:`parse_trees` parses the words of
+gold trees and scores them with EVALB, with the pruning statistics on request (items kept per sentence, gold
+labelled spans kept, and the oracle F1 of the pruned forest: the Max-Recall tree of the gold tree's labelled spans
+that the mask keeps, scored by EVALB).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from nltk import Tree  # type: ignore[import-untyped]
+
+from engine.constituency.anchored import SpanMask, build_items, tree_mask
+from engine.constituency.binarize import binarize, to_anchored
+from engine.constituency.decode import max_recall
+from engine.constituency.dense import DenseMarginals, dense_inside_outside
+from engine.constituency.evalb import evalb
+from engine.constituency.grammar import AnchoredTree
+from engine.constituency.pruning import PRUNING_THRESHOLD, gold_coverage, prune_mask
+from engine.constituency.xbar import XbarPCFG, chain_choice
+
+__all__ = ["XbarParser", "parse_trees"]
+
+
+@dataclass
+class XbarParser:
+    """Parses with an X-bar PCFG: posteriors (dense pass), Max-Recall tree; :meth:`mask` gives the pruning mask."""
+
+    model: XbarPCFG
+    threshold: float = PRUNING_THRESHOLD
+    chains: dict[tuple[int, int], tuple[str, ...]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.chains = chain_choice(self.model.grammar, self.model.log_unary)
+
+    def marginals(self, words: Sequence[str]) -> DenseMarginals:
+        return dense_inside_outside(self.model.grammar, self.model.factor(words))
+
+    def parse(self, words: Sequence[str]) -> Tree:
+        """The Max-Recall ``(TOP ...)`` tree of ``words`` under the X-bar PCFG's posteriors."""
+        marginals = self.marginals(words)
+        return max_recall(self.model.grammar, marginals.mu_bot, marginals.mu_top, words, self.chains)
+
+    def mask(self, marginals: DenseMarginals, keep_gold: AnchoredTree | None = None) -> SpanMask:
+        return prune_mask(self.model.grammar, marginals, self.threshold, keep_gold)
+
+
+def _gold_anchored(parser: XbarParser, gold: Tree) -> AnchoredTree | None:
+    """The gold tree's anchored items, ``None`` when it uses a rule or label the grammar lacks."""
+    try:
+        return to_anchored(binarize(gold), parser.model.grammar)
+    except ValueError:
+        return None
+
+
+def _oracle(parser: XbarParser, mask: SpanMask, gold: AnchoredTree, words: Sequence[str]) -> Tree:
+    """The best tree inside ``mask`` for EVALB: Max-Recall over the gold labelled spans the mask keeps."""
+    g = tree_mask(parser.model.grammar, gold)
+    return max_recall(parser.model.grammar, (g.bot & mask.bot).astype(float), (g.top & mask.top).astype(float),
+                      words, parser.chains)
+
+
+def parse_trees(parser: XbarParser, gold: Sequence[Tree], pruning: bool = False) -> dict[str, Any]:
+    """Parse the words of ``gold`` and score with EVALB (``evalb.EvalbResult.to_json``) plus ``sentences``,
+    ``words``, ``seconds`` (parsing alone), ``words_per_second``; with ``pruning``, the pruning statistics
+    (module docstring) over the trees the grammar can build (``pruning_*``; their time is not counted)."""
+    test, seconds = [], 0.0
+    stats: dict[str, list[float]] = {"items": [], "bot_kept": [], "bot_total": [], "top_kept": [], "top_total": [],
+                                     "live": [], "bot_spans": [], "bot_spans_full": []}
+    oracle_gold, oracle_test = [], []
+    for tree in gold:
+        words = tree.leaves()
+        start = time.perf_counter()
+        marginals = parser.marginals(words)
+        test.append(max_recall(parser.model.grammar, marginals.mu_bot, marginals.mu_top, words, parser.chains))
+        seconds += time.perf_counter() - start
+        anchored = _gold_anchored(parser, tree) if pruning else None
+        if anchored is not None:
+            mask = parser.mask(marginals)
+            cover = gold_coverage(parser.model.grammar, mask, anchored)
+            n = len(words)
+            full = np.triu(np.ones((n + 1, n + 1), dtype=bool), 2)
+            for key, value in (("items", build_items(parser.model.grammar, mask).n_binary),
+                               ("bot_kept", cover.bot_kept), ("bot_total", cover.bot_total),
+                               ("top_kept", cover.top_kept), ("top_total", cover.top_total),
+                               ("live", cover.tree_live), ("bot_spans", mask.bot[full].sum()),
+                               ("bot_spans_full", full.sum() * (~parser.model.grammar.is_tag).sum() - full.sum())):
+                stats[key].append(float(value))
+            oracle_gold.append(tree)
+            oracle_test.append(_oracle(parser, mask, anchored, words))
+    out = evalb(gold, test).to_json()
+    n_words = sum(len(t.leaves()) for t in gold)
+    out.update(sentences=len(gold), words=n_words, seconds=round(seconds, 3),
+               words_per_second=round(n_words / seconds, 1) if seconds > 0 else None,
+               sentences_per_second=round(len(gold) / seconds, 2) if seconds > 0 else None)
+    if pruning:
+        out.update(_pruning_summary(stats, oracle_gold, oracle_test))
+    return out
+
+
+def _pruning_summary(stats: dict[str, list[float]], gold: list[Tree], oracle: list[Tree]) -> dict[str, Any]:
+    s = {key: np.array(value) for key, value in stats.items()}
+    return {
+        "pruning_threshold": PRUNING_THRESHOLD,
+        "pruning_sentences": len(s["items"]),
+        "pruning_binary_items_mean": float(s["items"].mean()) if len(s["items"]) else None,
+        "pruning_bot_spans_kept_fraction": float(s["bot_spans"].sum() / s["bot_spans_full"].sum()),
+        "pruning_gold_bot_kept": float(s["bot_kept"].sum() / s["bot_total"].sum()),
+        "pruning_gold_top_kept": float(s["top_kept"].sum() / s["top_total"].sum()),
+        "pruning_gold_tree_live": float(s["live"].mean()),
+        "pruning_oracle_f1": evalb(gold, oracle).short.f1,
+    }
