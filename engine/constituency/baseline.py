@@ -4,8 +4,9 @@ the coarse pruning mask the factored models will run on (``pruning``).
 
 :class:`XbarParser` parses a sentence of words into a ``(TOP ...)`` tree; :func:`parse_trees` parses the words of
 gold trees and scores them with EVALB, with the pruning statistics on request (items kept per sentence, gold
-labelled spans kept, and the oracle F1 of the pruned forest: the Max-Recall tree of the gold tree's labelled spans
-that the mask keeps, scored by EVALB).
+labelled spans kept, gold trees entirely inside the mask, and an upper bound on the oracle F1 of the pruned forest:
+EVALB of the Max-Recall tree of the gold tree's labelled spans that the mask keeps; that tree need not be one of
+the mask's trees, as a pruned tag or ``@`` span, which EVALB does not count, can make the gold tree itself dead).
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def _gold_anchored(parser: XbarParser, gold: Tree) -> AnchoredTree | None:
 
 
 def _oracle(parser: XbarParser, mask: SpanMask, gold: AnchoredTree, words: Sequence[str]) -> Tree:
-    """The best tree inside ``mask`` for EVALB: Max-Recall over the gold labelled spans the mask keeps."""
+    """An upper bound on the best tree inside ``mask`` for EVALB: Max-Recall over the gold labelled spans the mask
+    keeps (the bracketing of the kept gold spans, not necessarily a tree of the mask)."""
     g = tree_mask(parser.model.grammar, gold)
     return max_recall(parser.model.grammar, (g.bot & mask.bot).astype(float), (g.top & mask.top).astype(float),
                       words, parser.chains)
@@ -116,5 +118,5 @@ def _pruning_summary(stats: dict[str, list[float]], gold: list[Tree], oracle: li
         "pruning_gold_bot_kept": float(s["bot_kept"].sum() / s["bot_total"].sum()),
         "pruning_gold_top_kept": float(s["top_kept"].sum() / s["top_total"].sum()),
         "pruning_gold_tree_live": float(s["live"].mean()),
-        "pruning_oracle_f1": evalb(gold, oracle).short.f1,
+        "pruning_oracle_f1_bound": evalb(gold, oracle).short.f1,
     }

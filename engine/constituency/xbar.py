@@ -186,14 +186,16 @@ def _signature_table(tags: TagDictionary, counts: FloatArray, settings: XbarSett
     return names, _log(probs), _log(p_rare)
 
 
-def train_xbar(trees: Sequence[Tree], settings: XbarSettings | None = None) -> XbarPCFG:
+def train_xbar(trees: Sequence[Tree], settings: XbarSettings | None = None,
+               dictionary: Mapping[str, int] | None = None) -> XbarPCFG:
     """The X-bar PCFG of cleaned training trees (``treebank.read_trees``): binarised, grammar read off them,
-    relative frequencies (module docstring)."""
+    relative frequencies (module docstring). ``dictionary``: thresholds given to ``TagDictionary.from_counts``
+    (its defaults otherwise; tiny test treebanks need a lower ``open_tag_threshold``)."""
     settings = settings or XbarSettings()
     binarised = [binarize(t) for t in trees]
     grammar = grammar_from_trees(binarised)
     counts = rule_counts([to_anchored(t, grammar) for t in binarised], grammar)
-    tags = TagDictionary.from_counts(counts)
+    tags = TagDictionary.from_counts(counts, **(dictionary or {}))
     by_word = counts.lexical.T.tocsr()
     by_word.sort_indices()
     word_tag_counts = np.asarray(by_word.data, dtype=np.float64)
