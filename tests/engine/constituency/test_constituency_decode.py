@@ -1,0 +1,100 @@
+"""Max-Recall decoding (Goodman 1996; brief §2) against enumeration on tiny grammars, and its tree by hand.
+
+With the top layer left out, the score of a candidate (a binary bracketing with a label per span) is its expected
+number of correct labelled bot spans, linear in the trees' probabilities: the test computes it for every
+candidate by summing over every enumerated tree, and the decoder's candidate must reach the maximum. With both
+layers, CKY must find the bracketing of largest total span score among all bracketings.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from nltk import Tree
+from pcfg_helpers import brute_force, enumerate_trees, sentence
+
+from engine.constituency.anchored import AnchoredScores
+from engine.constituency.decode import max_recall_chart, max_recall_tree
+from engine.constituency.grammar import Grammar
+
+Span = tuple[int, int]
+
+
+def bracketings(i: int, j: int) -> Iterator[list[Span]]:
+    """Every binary bracketing of ``(i, j)`` as its list of spans (one-word spans included)."""
+    if j == i + 1:
+        yield [(i, j)]
+        return
+    for k in range(i + 1, j):
+        for left in bracketings(i, k):
+            for right in bracketings(k, j):
+                yield [(i, j), *left, *right]
+
+
+def bot_spans(items, events) -> set[tuple[int, int, int]]:
+    """The labelled bot spans of one enumerated tree."""
+    out = set()
+    for event in events:
+        if event[0] == "b":
+            b = event[1]
+            out.add((int(items.bin_i[b]), int(items.bin_j[b]), int(items.bin_a[b])))
+        elif event[0] == "t":
+            t = event[1]
+            out.add((int(items.tag_i[t]), int(items.tag_i[t]) + 1, int(items.tag_t[t])))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_max_recall_maximises_expected_labelled_recall(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    grammar, items, factor = sentence(rng, 4, 1)
+    q = AnchoredScores.zeros(items)
+    trees = [(w, bot_spans(items, events)) for w, events in enumerate_trees(items, factor, q)]
+    log_z = np.logaddexp.reduce([w for w, _ in trees])
+    probs = [float(np.exp(w - log_z)) for w, _ in trees]
+    bot = brute_force(items, factor, q).mu_bot
+    chart = max_recall_chart(bot, np.zeros_like(bot))
+    tags, phrases = np.flatnonzero(grammar.is_tag), [1, 2]  # S, X
+    best = -1.0
+    for spans in bracketings(0, 4):
+        choices = [tags if j == i + 1 else phrases for i, j in spans]
+        for labels in itertools.product(*choices):
+            candidate = {(i, j, int(a)) for (i, j), a in zip(spans, labels, strict=True)}
+            best = max(best, sum(p * len(candidate & t) for p, (_, t) in zip(probs, trees, strict=True)))
+    decoded = {(i, j, int(chart.bot[i, j])) for i, j in [(i, i + 1) for i in range(4)] + list(chart.splits)}
+    got = sum(p * len(decoded & t) for p, (_, t) in zip(probs, trees, strict=True))
+    assert got == pytest.approx(best, abs=1e-12) and chart.objective == pytest.approx(best, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_cky_finds_the_best_bracketing_with_both_layers(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    grammar, items, factor = sentence(rng, 5, 1)
+    m = brute_force(items, factor, AnchoredScores.zeros(items))
+    chart = max_recall_chart(m.mu_bot, m.mu_top)
+    bot, top = m.mu_bot.max(axis=2), m.mu_top.max(axis=2)
+    differs = m.mu_bot.argmax(axis=2) != m.mu_top.argmax(axis=2)
+    score = bot + np.where(differs, top, 0.0)
+    score[0, 5] = bot[0, 5]
+    totals = [sum(score[s] for s in spans) for spans in bracketings(0, 5)]
+    assert chart.objective == pytest.approx(max(totals), abs=1e-12)
+    chosen = [(i, i + 1) for i in range(5)] + list(chart.splits)
+    assert sum(score[s] for s in chosen) == pytest.approx(max(totals), abs=1e-12)
+
+
+def test_tree_restores_chains_and_splices_at_nodes() -> None:
+    labels = ("TOP", "@S", "DT", "NN", "NP", "S", "VBD", "VP")
+    g = Grammar(labels, np.array([[5, 4, 1], [1, 7, 7], [4, 2, 3]]), np.array([[0, 5], [7, 6], [4, 4], [1, 1]]),
+                ((), (), (), ()), np.array([False, False, True, True, False, False, True, False]), top=0)
+    n = 4
+    mu_bot, mu_top = np.zeros((n + 1, n + 1, 8)), np.zeros((n + 1, n + 1, 8))
+    for i, j, b, t in [(0, 4, 5, 0), (0, 2, 4, 4), (2, 4, 1, 1), (0, 1, 2, 2), (1, 2, 3, 3), (2, 3, 6, 7),
+                       (3, 4, 6, 7)]:
+        mu_bot[i, j, b] = mu_top[i, j, t] = 0.9
+    mu_bot[1, 3, 4] = 0.95  # a crossing span, worth less than (0, 2) and (2, 4) together
+    words = ["the", "dog", "barked", "ran"]
+    tree = max_recall_tree(g, max_recall_chart(mu_bot, mu_top), words, {(0, 5): ("SINV",), (7, 6): ()})
+    assert tree == Tree.fromstring("(TOP (SINV (S (NP (DT the) (NN dog)) (VP (VBD barked)) (VP (VBD ran)))))")
