@@ -38,6 +38,7 @@ class XbarParser:
     model: XbarPCFG
     threshold: float = PRUNING_THRESHOLD
     chains: dict[tuple[int, int], tuple[str, ...]] = field(init=False)
+    failures: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.chains = chain_choice(self.model.grammar, self.model.log_unary)
@@ -47,8 +48,20 @@ class XbarParser:
 
     def parse(self, words: Sequence[str]) -> Tree:
         """The Max-Recall ``(TOP ...)`` tree of ``words`` under the X-bar PCFG's posteriors."""
-        marginals = self.marginals(words)
-        return max_recall(self.model.grammar, marginals.mu_bot, marginals.mu_top, words, self.chains)
+        return self.parse_with_marginals(words)[0]
+
+    def parse_with_marginals(self, words: Sequence[str]) -> tuple[Tree, DenseMarginals | None]:
+        """The tree and the marginals it was decoded from; when the grammar has no tree for the words (a word
+        without an allowed tag, rules missing), the flat tree ``(TOP (tag word) ...)`` of each word's best tag
+        (``XX`` if none) and ``None``, counted in ``failures``."""
+        try:
+            marginals = self.marginals(words)
+        except FloatingPointError:
+            self.failures += 1
+            scores = self.model.emissions(words)
+            tags = [self.model.grammar.labels[int(row.argmax())] if np.isfinite(row.max()) else "XX" for row in scores]
+            return Tree("TOP", [Tree(t, [w]) for t, w in zip(tags, words, strict=True)]), None
+        return max_recall(self.model.grammar, marginals.mu_bot, marginals.mu_top, words, self.chains), marginals
 
     def mask(self, marginals: DenseMarginals, keep_gold: AnchoredTree | None = None) -> SpanMask:
         return prune_mask(self.model.grammar, marginals, self.threshold, keep_gold)
@@ -71,21 +84,22 @@ def _oracle(parser: XbarParser, mask: SpanMask, gold: AnchoredTree, words: Seque
 
 
 def parse_trees(parser: XbarParser, gold: Sequence[Tree], pruning: bool = False) -> dict[str, Any]:
-    """Parse the words of ``gold`` and score with EVALB (``evalb.EvalbResult.to_json``) plus ``sentences``,
-    ``words``, ``seconds`` (parsing alone), ``words_per_second``; with ``pruning``, the pruning statistics
+    """Parse the words of ``gold`` and score with EVALB (``evalb.EvalbResult.to_json``: ``sentences`` are those
+    of at most 40 words, ``sentences_all`` all) plus ``words`` (all), ``seconds`` (parsing alone),
+    ``words_per_second``, ``sentences_per_second``; with ``pruning``, the pruning statistics
     (module docstring) over the trees the grammar can build (``pruning_*``; their time is not counted)."""
-    test, seconds = [], 0.0
+    test, seconds, failures_before = [], 0.0, parser.failures
     stats: dict[str, list[float]] = {"items": [], "bot_kept": [], "bot_total": [], "top_kept": [], "top_total": [],
                                      "live": [], "bot_spans": [], "bot_spans_full": []}
     oracle_gold, oracle_test = [], []
     for tree in gold:
         words = tree.leaves()
         start = time.perf_counter()
-        marginals = parser.marginals(words)
-        test.append(max_recall(parser.model.grammar, marginals.mu_bot, marginals.mu_top, words, parser.chains))
+        parsed, marginals = parser.parse_with_marginals(words)
+        test.append(parsed)
         seconds += time.perf_counter() - start
-        anchored = _gold_anchored(parser, tree) if pruning else None
-        if anchored is not None:
+        anchored = _gold_anchored(parser, tree) if pruning and marginals is not None else None
+        if anchored is not None and marginals is not None:
             mask = parser.mask(marginals)
             cover = gold_coverage(parser.model.grammar, mask, anchored)
             n = len(words)
@@ -99,8 +113,9 @@ def parse_trees(parser: XbarParser, gold: Sequence[Tree], pruning: bool = False)
             oracle_gold.append(tree)
             oracle_test.append(_oracle(parser, mask, anchored, words))
     out = evalb(gold, test).to_json()
+    out["no_tree"] = parser.failures - failures_before
     n_words = sum(len(t.leaves()) for t in gold)
-    out.update(sentences=len(gold), words=n_words, seconds=round(seconds, 3),
+    out.update(words=n_words, seconds=round(seconds, 3),
                words_per_second=round(n_words / seconds, 1) if seconds > 0 else None,
                sentences_per_second=round(len(gold) / seconds, 2) if seconds > 0 else None)
     if pruning:
