@@ -26,6 +26,7 @@ from engine.constituency.dense import DenseMarginals, dense_inside_outside
 from engine.constituency.evalb import evalb
 from engine.constituency.grammar import AnchoredTree
 from engine.constituency.pruning import PRUNING_THRESHOLD, gold_coverage, prune_mask
+from engine.constituency.viterbi import viterbi
 from engine.constituency.xbar import XbarPCFG, chain_choice
 
 __all__ = ["XbarParser", "parse_trees"]
@@ -62,6 +63,10 @@ class XbarParser:
             tags = [self.model.grammar.labels[int(row.argmax())] if np.isfinite(row.max()) else "XX" for row in scores]
             return Tree("TOP", [Tree(t, [w]) for t, w in zip(tags, words, strict=True)]), None
         return max_recall(self.model.grammar, marginals.mu_bot, marginals.mu_top, words, self.chains), marginals
+
+    def parse_viterbi(self, words: Sequence[str]) -> Tree:
+        """The most probable tree of ``words`` under the X-bar PCFG (``viterbi``)."""
+        return viterbi(self.model.grammar, self.model.factor(words), words)[1]
 
     def mask(self, marginals: DenseMarginals, keep_gold: AnchoredTree | None = None) -> SpanMask:
         return prune_mask(self.model.grammar, marginals, self.threshold, keep_gold)

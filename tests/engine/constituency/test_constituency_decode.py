@@ -14,11 +14,13 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 from nltk import Tree
-from pcfg_helpers import brute_force, enumerate_trees, sentence
+from pcfg_helpers import brute_force, enumerate_trees, sentence, tree_from_events
 
 from engine.constituency.anchored import AnchoredScores
+from engine.constituency.binarize import from_anchored
 from engine.constituency.decode import max_recall_chart, max_recall_tree
 from engine.constituency.grammar import Grammar
+from engine.constituency.viterbi import viterbi
 
 Span = tuple[int, int]
 
@@ -98,3 +100,18 @@ def test_tree_restores_chains_and_splices_at_nodes() -> None:
     words = ["the", "dog", "barked", "ran"]
     tree = max_recall_tree(g, max_recall_chart(mu_bot, mu_top), words, {(0, 5): ("SINV",), (7, 6): ()})
     assert tree == Tree.fromstring("(TOP (SINV (S (NP (DT the) (NN dog)) (VP (VBD barked)) (VP (VBD ran)))))")
+
+
+@pytest.mark.parametrize("seed", [5, 6, 7])
+def test_viterbi_is_the_enumerations_best_tree(seed: int) -> None:
+    """A PCFG can score two trees alike (the same rules in other places): the tree must be one of the best."""
+    rng = np.random.default_rng(seed)
+    grammar, items, factor = sentence(rng, 4, 1)
+    trees = list(enumerate_trees(items, factor, AnchoredScores.zeros(items)))
+    top = max(w for w, _ in trees)
+    words = [f"w{i}" for i in range(4)]
+    best = [from_anchored(tree_from_events(items, events), grammar, words) for w, events in trees
+            if w >= top - 1e-10]
+    score, tree = viterbi(grammar, factor, words)
+    assert score == pytest.approx(top, abs=1e-10)
+    assert tree in best
