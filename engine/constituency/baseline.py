@@ -90,19 +90,21 @@ def _oracle(parser: XbarParser, mask: SpanMask, gold: AnchoredTree, words: Seque
 
 def parse_trees(parser: XbarParser, gold: Sequence[Tree], pruning: bool = False) -> dict[str, Any]:
     """Parse the words of ``gold`` and score with EVALB (``evalb.EvalbResult.to_json``: ``sentences`` are those
-    of at most 40 words, ``sentences_all`` all) plus ``words`` (all), ``seconds`` (parsing alone),
-    ``words_per_second``, ``sentences_per_second``; with ``pruning``, the pruning statistics
+    of at most 40 words, ``sentences_all`` all) plus ``words`` (all), ``seconds`` (parsing alone, wall clock),
+    ``cpu_seconds`` (the same in CPU time of the process), ``words_per_second``, ``sentences_per_second`` (wall
+    clock), ``no_tree`` (sentences parsed flat, no tree in the grammar); with ``pruning``, the pruning statistics
     (module docstring) over the trees the grammar can build (``pruning_*``; their time is not counted)."""
-    test, seconds, failures_before = [], 0.0, parser.failures
+    test, seconds, cpu, failures_before = [], 0.0, 0.0, parser.failures
     stats: dict[str, list[float]] = {"items": [], "bot_kept": [], "bot_total": [], "top_kept": [], "top_total": [],
-                                     "live": [], "bot_spans": [], "bot_spans_full": []}
+                                     "live": [], "bot_spans": [], "bot_spans_full": [], "items_full": []}
     oracle_gold, oracle_test = [], []
     for tree in gold:
         words = tree.leaves()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         parsed, marginals = parser.parse_with_marginals(words)
         test.append(parsed)
         seconds += time.perf_counter() - start
+        cpu += time.process_time() - cpu_start
         anchored = _gold_anchored(parser, tree) if pruning and marginals is not None else None
         if anchored is not None and marginals is not None:
             mask = parser.mask(marginals)
@@ -113,6 +115,7 @@ def parse_trees(parser: XbarParser, gold: Sequence[Tree], pruning: bool = False)
                                ("bot_kept", cover.bot_kept), ("bot_total", cover.bot_total),
                                ("top_kept", cover.top_kept), ("top_total", cover.top_total),
                                ("live", cover.tree_live), ("bot_spans", mask.bot[full].sum()),
+                               ("items_full", (n**3 - n) // 6 * len(parser.model.grammar.binary)),
                                ("bot_spans_full", full.sum() * (~parser.model.grammar.is_tag).sum() - full.sum())):
                 stats[key].append(float(value))
             oracle_gold.append(tree)
@@ -120,7 +123,7 @@ def parse_trees(parser: XbarParser, gold: Sequence[Tree], pruning: bool = False)
     out = evalb(gold, test).to_json()
     out["no_tree"] = parser.failures - failures_before
     n_words = sum(len(t.leaves()) for t in gold)
-    out.update(words=n_words, seconds=round(seconds, 3),
+    out.update(words=n_words, seconds=round(seconds, 3), cpu_seconds=round(cpu, 3),
                words_per_second=round(n_words / seconds, 1) if seconds > 0 else None,
                sentences_per_second=round(len(gold) / seconds, 2) if seconds > 0 else None)
     if pruning:
@@ -134,6 +137,9 @@ def _pruning_summary(stats: dict[str, list[float]], gold: list[Tree], oracle: li
         "pruning_threshold": PRUNING_THRESHOLD,
         "pruning_sentences": len(s["items"]),
         "pruning_binary_items_mean": float(s["items"].mean()) if len(s["items"]) else None,
+        "pruning_binary_items_full_mean": float(s["items_full"].mean()) if len(s["items"]) else None,
+        "pruning_binary_items_kept_fraction": float(s["items"].sum() / s["items_full"].sum()) if len(s["items"])
+        else None,
         "pruning_bot_spans_kept_fraction": float(s["bot_spans"].sum() / s["bot_spans_full"].sum()),
         "pruning_gold_bot_kept": float(s["bot_kept"].sum() / s["bot_total"].sum()),
         "pruning_gold_top_kept": float(s["top_kept"].sum() / s["top_total"].sum()),
