@@ -6,7 +6,9 @@ the coarse pruning mask the factored models will run on (``pruning``).
 gold trees and scores them with EVALB, with the pruning statistics on request (items kept per sentence, gold
 labelled spans kept, gold trees entirely inside the mask, and an upper bound on the oracle F1 of the pruned forest:
 EVALB of the Max-Recall tree of the gold tree's labelled spans that the mask keeps; that tree need not be one of
-the mask's trees, as a pruned tag or ``@`` span, which EVALB does not count, can make the gold tree itself dead).
+the mask's trees, as a pruned tag or ``@`` span, which EVALB does not count, can make the gold tree itself dead),
+and EVALB of Max-Recall decoding from the inside-outside of the X-bar PCFG over the mask's items alone, with the
+sentences whose mask holds no tree.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from typing import Any
 import numpy as np
 from nltk import Tree  # type: ignore[import-untyped]
 
-from engine.constituency.anchored import SpanMask, build_items, tree_mask
+from engine.constituency.anchored import AnchoredScores, SpanMask, build_items, tree_mask
 from engine.constituency.binarize import binarize, to_anchored
 from engine.constituency.decode import max_recall
 from engine.constituency.dense import DenseMarginals, dense_inside_outside
 from engine.constituency.evalb import evalb
 from engine.constituency.grammar import AnchoredTree
+from engine.constituency.inside_outside import inside_outside
 from engine.constituency.pruning import PRUNING_THRESHOLD, gold_coverage, prune_mask
 from engine.constituency.viterbi import viterbi
 from engine.constituency.xbar import XbarPCFG, chain_choice
@@ -88,61 +91,92 @@ def _oracle(parser: XbarParser, mask: SpanMask, gold: AnchoredTree, words: Seque
                       words, parser.chains)
 
 
+class _PruningReport:
+    """The pruning statistics of :func:`parse_trees`, sentence by sentence: the mask's items, the gold labelled
+    spans it keeps (trees the grammar can build), the oracle bound, and Max-Recall decoding from the inside-outside
+    of the X-bar factor over the mask's items (``inside_outside``: what the factored models will run on), with the
+    sentences whose mask holds no tree."""
+
+    def __init__(self, parser: XbarParser) -> None:
+        self.parser, self.grammar = parser, parser.model.grammar
+        self.stats: dict[str, list[float]] = {key: [] for key in (
+            "items", "items_full", "bot_kept", "bot_total", "top_kept", "top_total", "live", "bot_spans",
+            "bot_spans_full")}
+        self.oracle_gold: list[Tree] = []
+        self.oracle_test: list[Tree] = []
+        self.pruned_test: list[Tree] = []
+        self.no_tree = 0
+
+    def add(self, tree: Tree, parsed: Tree, marginals: DenseMarginals | None) -> None:
+        words = tree.leaves()
+        if marginals is None:
+            self.pruned_test.append(parsed)
+            return
+        mask = self.parser.mask(marginals)
+        items = build_items(self.grammar, mask)
+        try:
+            coarse = inside_outside(items, self.parser.model.factor(words), AnchoredScores.zeros(items))
+            self.pruned_test.append(max_recall(self.grammar, coarse.mu_bot, coarse.mu_top, words, self.parser.chains))
+        except FloatingPointError:
+            self.no_tree += 1
+            self.pruned_test.append(parsed)
+        anchored = _gold_anchored(self.parser, tree)
+        if anchored is None:
+            return
+        cover = gold_coverage(self.grammar, mask, anchored)
+        n = len(words)
+        full = np.triu(np.ones((n + 1, n + 1), dtype=bool), 2)
+        for key, value in (("items", items.n_binary), ("items_full", (n**3 - n) // 6 * len(self.grammar.binary)),
+                           ("bot_kept", cover.bot_kept), ("bot_total", cover.bot_total),
+                           ("top_kept", cover.top_kept), ("top_total", cover.top_total), ("live", cover.tree_live),
+                           ("bot_spans", mask.bot[full].sum()),
+                           ("bot_spans_full", full.sum() * ((~self.grammar.is_tag).sum() - 1))):
+            self.stats[key].append(float(value))
+        self.oracle_gold.append(tree)
+        self.oracle_test.append(_oracle(self.parser, mask, anchored, words))
+
+    def summary(self, gold: Sequence[Tree]) -> dict[str, Any]:
+        s = {key: np.array(value) for key, value in self.stats.items()}
+        some = len(s["items"]) > 0
+        return {
+            "pruning_threshold": self.parser.threshold,
+            "pruning_f1": evalb(gold, self.pruned_test).short.f1,
+            "pruning_no_tree": self.no_tree,
+            "pruning_sentences": len(s["items"]),
+            "pruning_binary_items_mean": float(s["items"].mean()) if some else None,
+            "pruning_binary_items_full_mean": float(s["items_full"].mean()) if some else None,
+            "pruning_binary_items_kept_fraction": float(s["items"].sum() / s["items_full"].sum()) if some else None,
+            "pruning_bot_spans_kept_fraction": float(s["bot_spans"].sum() / s["bot_spans_full"].sum()) if some
+            else None,
+            "pruning_gold_bot_kept": float(s["bot_kept"].sum() / s["bot_total"].sum()) if some else None,
+            "pruning_gold_top_kept": float(s["top_kept"].sum() / s["top_total"].sum()) if some else None,
+            "pruning_gold_tree_live": float(s["live"].mean()) if some else None,
+            "pruning_oracle_f1_bound": evalb(self.oracle_gold, self.oracle_test).short.f1 if some else None,
+        }
+
+
 def parse_trees(parser: XbarParser, gold: Sequence[Tree], pruning: bool = False) -> dict[str, Any]:
     """Parse the words of ``gold`` and score with EVALB (``evalb.EvalbResult.to_json``: ``sentences`` are those
     of at most 40 words, ``sentences_all`` all) plus ``words`` (all), ``seconds`` (parsing alone, wall clock),
     ``cpu_seconds`` (the same in CPU time of the process), ``words_per_second``, ``sentences_per_second`` (wall
     clock), ``no_tree`` (sentences parsed flat, no tree in the grammar); with ``pruning``, the pruning statistics
-    (module docstring) over the trees the grammar can build (``pruning_*``; their time is not counted)."""
+    (:class:`_PruningReport`, ``pruning_*``; their time is not counted)."""
     test, seconds, cpu, failures_before = [], 0.0, 0.0, parser.failures
-    stats: dict[str, list[float]] = {"items": [], "bot_kept": [], "bot_total": [], "top_kept": [], "top_total": [],
-                                     "live": [], "bot_spans": [], "bot_spans_full": [], "items_full": []}
-    oracle_gold, oracle_test = [], []
+    report = _PruningReport(parser) if pruning else None
     for tree in gold:
-        words = tree.leaves()
         start, cpu_start = time.perf_counter(), time.process_time()
-        parsed, marginals = parser.parse_with_marginals(words)
+        parsed, marginals = parser.parse_with_marginals(tree.leaves())
         test.append(parsed)
         seconds += time.perf_counter() - start
         cpu += time.process_time() - cpu_start
-        anchored = _gold_anchored(parser, tree) if pruning and marginals is not None else None
-        if anchored is not None and marginals is not None:
-            mask = parser.mask(marginals)
-            cover = gold_coverage(parser.model.grammar, mask, anchored)
-            n = len(words)
-            full = np.triu(np.ones((n + 1, n + 1), dtype=bool), 2)
-            for key, value in (("items", build_items(parser.model.grammar, mask).n_binary),
-                               ("bot_kept", cover.bot_kept), ("bot_total", cover.bot_total),
-                               ("top_kept", cover.top_kept), ("top_total", cover.top_total),
-                               ("live", cover.tree_live), ("bot_spans", mask.bot[full].sum()),
-                               ("items_full", (n**3 - n) // 6 * len(parser.model.grammar.binary)),
-                               ("bot_spans_full", full.sum() * (~parser.model.grammar.is_tag).sum() - full.sum())):
-                stats[key].append(float(value))
-            oracle_gold.append(tree)
-            oracle_test.append(_oracle(parser, mask, anchored, words))
+        if report is not None:
+            report.add(tree, parsed, marginals)
     out = evalb(gold, test).to_json()
     out["no_tree"] = parser.failures - failures_before
     n_words = sum(len(t.leaves()) for t in gold)
     out.update(words=n_words, seconds=round(seconds, 3), cpu_seconds=round(cpu, 3),
                words_per_second=round(n_words / seconds, 1) if seconds > 0 else None,
                sentences_per_second=round(len(gold) / seconds, 2) if seconds > 0 else None)
-    if pruning:
-        out.update(_pruning_summary(stats, oracle_gold, oracle_test))
+    if report is not None:
+        out.update(report.summary(gold))
     return out
-
-
-def _pruning_summary(stats: dict[str, list[float]], gold: list[Tree], oracle: list[Tree]) -> dict[str, Any]:
-    s = {key: np.array(value) for key, value in stats.items()}
-    return {
-        "pruning_threshold": PRUNING_THRESHOLD,
-        "pruning_sentences": len(s["items"]),
-        "pruning_binary_items_mean": float(s["items"].mean()) if len(s["items"]) else None,
-        "pruning_binary_items_full_mean": float(s["items_full"].mean()) if len(s["items"]) else None,
-        "pruning_binary_items_kept_fraction": float(s["items"].sum() / s["items_full"].sum()) if len(s["items"])
-        else None,
-        "pruning_bot_spans_kept_fraction": float(s["bot_spans"].sum() / s["bot_spans_full"].sum()),
-        "pruning_gold_bot_kept": float(s["bot_kept"].sum() / s["bot_total"].sum()),
-        "pruning_gold_top_kept": float(s["top_kept"].sum() / s["top_total"].sum()),
-        "pruning_gold_tree_live": float(s["live"].mean()),
-        "pruning_oracle_f1_bound": evalb(gold, oracle).short.f1,
-    }
