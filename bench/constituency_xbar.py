@@ -9,8 +9,10 @@ posteriors (``engine.constituency.baseline``) and prints one JSON object: EVALB 
 F1, exact match and tagging accuracy, sentences, words, parsing seconds (posteriors and decoding, one sentence at
 a time), sentences and words per second, training seconds, and the coarse pruning statistics at ``e^-9``: binary
 items kept per sentence, fraction of labelled bot spans kept, gold bot and top labelled spans kept, gold trees
-entirely inside the mask, and an upper bound on the oracle F1 of the pruned forest (the kept gold brackets; over
-the trees whose rules the grammar has). ``--viterbi`` adds the F1 and time of Viterbi decoding (the best tree).
+entirely inside the mask, the oracle F1 of the pruned forest (its tree closest to the gold tree) and an upper
+bound on it (the kept gold brackets), over the trees whose rules the grammar has; the F1 of Max-Recall decoding
+from the inside-outside over the mask's items alone, and the sentences whose mask holds no tree. ``--viterbi``
+adds the F1 and time of Viterbi decoding (the best tree).
 
 BLAS runs on ``--threads`` threads (1 by default: the issue's speed target is for one core, and OpenBLAS's own
 threads made the dense pass 5-10 times slower on the shared 2-core machine).

@@ -4,9 +4,10 @@ the coarse pruning mask the factored models will run on (``pruning``).
 
 :class:`XbarParser` parses a sentence of words into a ``(TOP ...)`` tree; :func:`parse_trees` parses the words of
 gold trees and scores them with EVALB, with the pruning statistics on request (items kept per sentence, gold
-labelled spans kept, gold trees entirely inside the mask, and an upper bound on the oracle F1 of the pruned forest:
-EVALB of the Max-Recall tree of the gold tree's labelled spans that the mask keeps; that tree need not be one of
-the mask's trees, as a pruned tag or ``@`` span, which EVALB does not count, can make the gold tree itself dead),
+labelled spans kept, gold trees entirely inside the mask, the oracle F1 of the pruned forest (EVALB of the best
+tree among the mask's items, ``oracle``), and an upper bound on it: EVALB of the Max-Recall tree of the gold
+tree's labelled spans that the mask keeps; that tree need not be one of the mask's trees, as a pruned tag or
+``@`` span, which EVALB does not count, can make the gold tree itself dead),
 and EVALB of Max-Recall decoding from the inside-outside of the X-bar PCFG over the mask's items alone, with the
 sentences whose mask holds no tree.
 """
@@ -28,6 +29,7 @@ from engine.constituency.dense import DenseMarginals, dense_inside_outside
 from engine.constituency.evalb import evalb
 from engine.constituency.grammar import AnchoredTree
 from engine.constituency.inside_outside import inside_outside
+from engine.constituency.oracle import oracle_tree
 from engine.constituency.pruning import PRUNING_THRESHOLD, gold_coverage, prune_mask
 from engine.constituency.viterbi import viterbi
 from engine.constituency.xbar import XbarPCFG, chain_choice
@@ -105,6 +107,7 @@ class _PruningReport:
         self.oracle_gold: list[Tree] = []
         self.oracle_test: list[Tree] = []
         self.pruned_test: list[Tree] = []
+        self.oracle: list[Tree] = []
         self.no_tree = 0
 
     def add(self, tree: Tree, parsed: Tree, marginals: DenseMarginals | None) -> None:
@@ -134,6 +137,8 @@ class _PruningReport:
             self.stats[key].append(float(value))
         self.oracle_gold.append(tree)
         self.oracle_test.append(_oracle(self.parser, mask, anchored, words))
+        best = oracle_tree(self.grammar, items, anchored, words)
+        self.oracle.append(best if best is not None else Tree("TOP", [Tree("XX", [w]) for w in words]))
 
     def summary(self, gold: Sequence[Tree]) -> dict[str, Any]:
         s = {key: np.array(value) for key, value in self.stats.items()}
@@ -151,6 +156,7 @@ class _PruningReport:
             "pruning_gold_bot_kept": float(s["bot_kept"].sum() / s["bot_total"].sum()) if some else None,
             "pruning_gold_top_kept": float(s["top_kept"].sum() / s["top_total"].sum()) if some else None,
             "pruning_gold_tree_live": float(s["live"].mean()) if some else None,
+            "pruning_oracle_f1": evalb(self.oracle_gold, self.oracle).short.f1 if some else None,
             "pruning_oracle_f1_bound": evalb(self.oracle_gold, self.oracle_test).short.f1 if some else None,
         }
 

@@ -16,10 +16,11 @@ import pytest
 from nltk import Tree
 from pcfg_helpers import brute_force, enumerate_trees, sentence, tree_from_events
 
-from engine.constituency.anchored import AnchoredScores
+from engine.constituency.anchored import AnchoredScores, build_items, full_mask, tree_mask
 from engine.constituency.binarize import from_anchored
 from engine.constituency.decode import max_recall_chart, max_recall_tree
 from engine.constituency.grammar import Grammar
+from engine.constituency.oracle import WRONG, oracle_tree
 from engine.constituency.viterbi import viterbi
 
 Span = tuple[int, int]
@@ -115,3 +116,34 @@ def test_viterbi_is_the_enumerations_best_tree(seed: int) -> None:
     score, tree = viterbi(grammar, factor, words)
     assert score == pytest.approx(top, abs=1e-10)
     assert tree in best
+
+
+@pytest.mark.parametrize("seed", [8, 9, 10])
+def test_oracle_tree_is_the_best_match_inside_the_mask(seed: int) -> None:
+    """Gold: a tree of the full chart; forest: a random pruning. The oracle must be one of the forest's trees of
+    largest score (1 per gold labelled span, WRONG per other span; identities, TOP and tags 0)."""
+    rng = np.random.default_rng(seed)
+    grammar, items, factor = sentence(rng, 4, 1, pruned=True)
+    full = build_items(grammar, full_mask(grammar, 4))
+    gold_events = list(enumerate_trees(full, factor, AnchoredScores.zeros(full)))
+    gold = tree_from_events(full, gold_events[int(rng.integers(len(gold_events)))][1])
+    g = tree_mask(grammar, gold)
+    words = [f"w{i}" for i in range(4)]
+
+    def score(events: list[tuple]) -> float:
+        total = 0.0
+        for event in events:
+            if event[0] == "b":
+                b = event[1]
+                total += 1.0 if g.bot[items.bin_i[b], items.bin_j[b], items.bin_a[b]] else WRONG
+            elif event[0] == "u":
+                v = event[1]
+                if items.un_a[v] != items.un_b[v] and items.un_a[v] != grammar.top:
+                    total += 1.0 if g.top[items.un_i[v], items.un_j[v], items.un_a[v]] else WRONG
+        return total
+
+    scored = [(score(events), events) for _, events in enumerate_trees(items, factor, AnchoredScores.zeros(items))]
+    top = max(s for s, _ in scored)
+    best = [from_anchored(tree_from_events(items, events), grammar, words) for s, events in scored
+            if s >= top - 1e-12]
+    assert oracle_tree(grammar, items, gold, words) in best

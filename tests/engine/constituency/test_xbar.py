@@ -145,4 +145,4 @@ def test_dense_pass_on_the_ptb_grammar(ptb_dir: Path) -> None:
     short = [t for t in trees if len(t.leaves()) <= 12][:3]
     scores = parse_trees(XbarParser(m), short, pruning=True)
     assert scores["pruning_gold_tree_live"] == 1.0 and scores["pruning_oracle_f1_bound"] == 100.0
-    assert scores["pruning_no_tree"] == 0 and scores["no_tree"] == 0
+    assert scores["pruning_no_tree"] == 0 and scores["no_tree"] == 0 and scores["pruning_oracle_f1"] == 100.0
