@@ -3,10 +3,12 @@
 
 The unpruned item list of a 40-word sentence has about 16M binary items (10,660 splits x 1,536 rules), too many to
 list (``anchored.build_items``: seven int64 arrays of 16M). This pass never lists them: for the cells of one span
-length it gathers the children's top charts over every split point at once, ``(cells, splits, L)``, takes the
-rules' children columns ``(cells, splits, R)``, weights them, sums the splits and scatters rules onto parents with
-one ``(R, L)`` 0/1 matrix; unary rules are one ``(L, L)`` matrix. Cost O(n^3 R / 6) flops in ``2n`` vectorised
-steps.
+length it sums the products of the children's top charts over every split point with one batched matrix product,
+``(cells, L, splits) @ (cells, splits, L) -> (cells, L, L)``, reads the rules' ``(B, C)`` entries, weights them and
+scatters them onto their parents with an ``(R, L)`` 0/1 matrix; unary rules are one ``(L, L)`` matrix. The outside
+pass scatters the parents' outside weights into ``(cells, L, L)`` and multiplies back the same way. Cost O(n^3 L^2
+/ 6) flops in BLAS (single-threaded BLAS is much faster on a loaded machine: ``docs/constituency.md``) plus ``4n``
+vectorised steps.
 
 It computes what ``inside_outside.inside_outside`` computes over ``build_items(grammar, full_mask(grammar, n))``
 with a one-substate factor and a zero anchored grammar (TOP only in the root cell's top layer, tags only in
