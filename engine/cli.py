@@ -28,6 +28,9 @@ from engine.cli_parse import (
     run_parse,
     tag_inputs,
 )
+from engine.constituency import commands as constituency
+from engine.constituency.evalb import EvalbError
+from engine.constituency.treebank import TreebankError
 from engine.data.conllu_io import (
     ConlluError,
     atomic_text,
@@ -52,7 +55,17 @@ from engine.training.pipeline import train_model
 log = logging.getLogger("engine")
 
 
+def _one(paths: list[str] | None, flag: str) -> str | None:
+    """The single file a dependency command's ``flag`` takes (constituency commands take several)."""
+    if paths is not None and len(paths) > 1:
+        raise UsageError(f"{flag} takes one CoNLL-U file (several .mrg files are for constituency models)")
+    return paths[0] if paths else None
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.formalism == "constituency":
+        return constituency.train(args)
+    args.train, args.dev = _one(args.train, "--train"), _one(args.dev, "--dev")
     try:
         options = train_options.from_arguments(args)
         summary = train_model(args.train, args.dev, args.out, options, pruner_path=args.pruner,
@@ -118,6 +131,9 @@ MORPHOLOGY_METRICS = ("lemmas", "ufeats", "alltags", "clas", "mlas", "blex")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    if constituency.is_model(args.model):
+        return constituency.evaluate(args)
+    args.data = _one(args.data, "--data")
     start = time.perf_counter()
     check_tag_samples(args)
     if args.tag_samples and not (args.from_text or args.tags == "predicted"):
@@ -238,6 +254,12 @@ def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any],
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
+    if constituency.is_model(args.model):
+        args.input_format = args.input_format or "tokens"
+        return constituency.parse(args)
+    args.input_format = args.input_format or "conllu"
+    if args.input_format in constituency.INPUT_FORMATS:
+        raise UsageError(f"--input-format {args.input_format} is for constituency models; {args.model} is not one")
     if args.output:
         with atomic_text(args.output) as out:
             run_parse(args, out)
@@ -262,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
                "score": cmd_score}[args.command]
     try:
         return command(args)
-    except (ConlluError, ModelError, UsageError, FileNotFoundError, IsADirectoryError) as e:
+    except (ConlluError, ModelError, UsageError, FileNotFoundError, IsADirectoryError, TreebankError, EvalbError,
+            constituency.CommandError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:

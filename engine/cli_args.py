@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from engine.constituency.commands import INPUT_FORMATS as CONSTITUENCY_INPUTS
 from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TAG_AVERAGES
 from engine.inference.bp import SCHEDULES
 from engine.inference.settings import method_settings
@@ -18,9 +19,14 @@ from engine.training.morphology import MORPHOLOGY_COMPONENTS
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a model (conditional log-likelihood, or approximation-aware --objective)")
-    p.add_argument("--train", required=True, help="training treebank (CoNLL-U)")
-    p.add_argument("--dev", help="development treebank for choosing the best epoch (CoNLL-U); the trained model is "
-                   "then calibrated on it as `calibrate` does (see --no-calibrate)")
+    p.add_argument("--formalism", choices=["dependency", "constituency"], default="dependency",
+                   help="dependency (CoNLL-U) or constituency (Penn Treebank .mrg files; for now this trains the "
+                   "generative X-bar PCFG baseline, decoded by Max-Recall, and ignores the dependency options)")
+    p.add_argument("--train", required=True, nargs="+", help="training treebank (CoNLL-U; constituency: .mrg "
+                   "files or folders, several allowed)")
+    p.add_argument("--dev", nargs="+", help="development treebank for choosing the best epoch (CoNLL-U); the trained "
+                   "model is then calibrated on it as `calibrate` does (see --no-calibrate); constituency: .mrg files "
+                   "or folders scored with EVALB into the model's manifest")
     p.add_argument("--out", required=True, help="model directory to write")
     p.add_argument("--no-calibrate", dest="calibrate", action="store_false",
                    help="do not run `calibrate --model OUT --data DEV` after training (default: run it when --dev "
@@ -139,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_average(sub)
     p = sub.add_parser("evaluate", help="parse a treebank and score it against its gold trees")
     _add_model_io(p)
-    p.add_argument("--data", required=True, help="gold treebank (CoNLL-U)")
+    p.add_argument("--data", required=True, nargs="+", help="gold treebank (CoNLL-U; for a constituency model .mrg "
+                   "files or folders, several allowed, scored with EVALB)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--reliability", action="store_true", help="include the reliability (calibration) table")
     p.add_argument("--reliability-plot", metavar="FILE.png", help="draw reliability diagrams of heads, labels, tags "
@@ -153,8 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("parse", help="parse CoNLL-U (HEAD/DEPREL are ignored) and write CoNLL-U")
     _add_model_io(p)
     p.add_argument("--input", help="input file (default: stdin)")
-    p.add_argument("--input-format", choices=["conllu", "text"], default="conllu",
-                   help="conllu (words whose UPOS is '_' are tagged by the model's tagger) or raw text")
+    p.add_argument("--input-format", choices=["conllu", "text", *CONSTITUENCY_INPUTS], default=None,
+                   help="conllu (words whose UPOS is '_' are tagged by the model's tagger) or raw text; for a "
+                   "constituency model (which prints one bracketed tree per line) tokens (one sentence a line, words "
+                   "separated by single spaces, spelled as in the treebank) or ptb (bracketed trees, their words); "
+                   "default: conllu, tokens for a constituency model")
     p.add_argument("--text", help="raw text to parse (instead of --input)")
     p.add_argument("--blank-line", choices=BLANK_LINE_MARKS, default=DEFAULT_BLANK_LINE,
                    help="raw text: a blank line starts a paragraph (# newpar) or a document (# newdoc); a single "

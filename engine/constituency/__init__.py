@@ -9,4 +9,7 @@ The second formalism of the engine (issue 26). Layout, bottom to top:
 - ``anchored``, ``factor``, ``inside_outside``, ``reference``, ``projection``, ``ep``: the anchored items of a
   sentence and anchored grammars over them, factors (and their exact Kronecker product), inside-outside over
   anchored items (scaled; ``reference`` is the log-space oracle), projection onto anchored PCFGs, EP and ADF.
+- ``xbar``, ``dense``, ``pruning``, ``decode``, ``viterbi``, ``baseline``: the generative X-bar PCFG, its dense
+  one-substate inside-outside over the unpruned chart, coarse pruning by its posteriors, Max-Recall and Viterbi
+  decoding, the baseline parser end to end; ``commands``: the constituency side of ``python -m engine``.
 """
