@@ -1,0 +1,129 @@
+"""Smith & Smith (2007) Table 2 replica: first-order CLL with and without latent edge clusters (§5.1).
+
+Each run trains a first-order parser with the CLI's training path (``engine.training.pipeline.train_model``, as
+``python -m engine train --components parser --hidden-clusters K`` does; gold tags, count-based labels, best
+epoch chosen on dev as the CLI chooses it) and scores dev with the paper's three decoders:
+
+- ``map``: the most probable tree under the marginalised edge scores (Chu-Liu-Edmonds / Eisner);
+- ``mbr``: the parser's own decoding, the tree maximising the expected number of correct heads (§4);
+- ``max-z``: each edge scored with its single most likely cluster, ``max_z theta . f(h, m, z)``, then the most
+  probable tree (the paper's footnote 3 decoder; equal to ``map`` without clusters).
+
+UAS counts punctuation (as every figure of this repository); LAS is the count-based labeller's. One JSON row per
+run goes to ``--results`` (the model to ``/tmp``, deleted afterwards unless ``--keep``), so that a table survives
+an interrupted series; ``--table`` prints the markdown table of the rows there.
+
+    python bench/hidden_table2.py run --treebank en_ewt --clusters 1 --seed 0 --max-sentences 4000 --epochs 5
+    python bench/hidden_table2.py table --results /tmp/hidden-table2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine.bp_parser import load_any  # noqa: E402
+from engine.data.conllu_io import read_conllu  # noqa: E402
+from engine.evaluation.metrics import attachment_scores  # noqa: E402
+from engine.kernels.mbr import best_tree  # noqa: E402
+from engine.parser import FirstOrderParser  # noqa: E402
+from engine.scoring.hidden import cluster_scores  # noqa: E402
+from engine.training.pipeline import TrainOptions, train_model  # noqa: E402
+
+UD = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud"
+SPLITS = {"en_ewt": ("en_ewt-ud-train.conllu", "en_ewt-ud-dev.conllu"),
+          "hu_szeged": ("hu_szeged-ud-train.conllu", "hu_szeged-ud-dev.conllu")}
+
+
+def decode(parser: FirstOrderParser, dev: list[Any]) -> dict[str, list[np.ndarray]]:
+    """Heads of every dev sentence under map, mbr and max-z decoding."""
+    out: dict[str, list[Any]] = {"map": [None] * len(dev), "max-z": [None] * len(dev)}
+    out["mbr"] = [p.heads for p in parser.parse(dev, labels=False)]
+    for idx, scores in parser.batches(dev):
+        if parser.clusters is None:
+            best_z = scores
+        else:
+            best_z = cluster_scores(parser.weights, parser.extractor.extract([dev[i] for i in idx])).max(axis=0)
+        for j, i in enumerate(idx):
+            out["map"][i] = best_tree(scores[j], parser.constraint)
+            out["max-z"][i] = best_tree(best_z[j], parser.constraint)
+    assert all(h is not None for h in out["map"])
+    return out
+
+
+def run(args: argparse.Namespace) -> None:
+    train_file, dev_file = (UD / args.treebank / name for name in SPLITS[args.treebank])
+    options = TrainOptions(hidden_clusters=args.clusters, epochs=args.epochs, seed=args.seed, dim=args.dim,
+                           max_sentences=args.max_sentences, components=("parser",))
+    out = Path(args.models) / f"{args.treebank}-k{args.clusters}-s{args.seed}"
+    t0, c0 = time.perf_counter(), time.process_time()
+    summary = train_model(train_file, dev_file, out, options, progress=False)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    manifest = json.loads((out / "manifest.json").read_text())
+    history = manifest["training"]["history"]
+    parser = load_any(out)
+    assert isinstance(parser, FirstOrderParser)
+    dev = read_conllu(dev_file)
+    heads = decode(parser, dev)
+    labelled = parser.parse(dev)
+    row = {"treebank": args.treebank, "clusters": args.clusters, "seed": args.seed, "epochs": args.epochs,
+           "max_sentences": args.max_sentences, "train_sentences": manifest["training"]["train_sentences"],
+           "dim": args.dim, "best_epoch": summary["best_epoch"],
+           "epoch_seconds": [round(h["seconds"], 1) for h in history],
+           "dev_by_epoch": [round(h["dev"], 2) for h in history],
+           "train_seconds": summary["seconds"], "wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1),
+           "las_mbr": attachment_scores(dev, [p.heads for p in labelled], [p.deprels for p in labelled],
+                                        [p.head_probs for p in labelled])["las"]}
+    for name, predicted in heads.items():
+        ok = np.concatenate([np.asarray(h[1:]) == s.heads[1:] for h, s in zip(predicted, dev, strict=True)])
+        row[f"uas_{name}"] = 100.0 * float(ok.mean())
+    results = Path(args.results)
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"{out.name}.json").write_text(json.dumps(row, indent=1) + "\n")
+    print(json.dumps(row))
+    if not args.keep:
+        shutil.rmtree(out)
+
+
+def table(args: argparse.Namespace) -> None:
+    rows = [json.loads(p.read_text()) for p in sorted(Path(args.results).glob("*.json"))]
+    print("| treebank | clusters | seed | map | mbr | max-z | LAS (mbr) | best epoch | s/epoch | train s "
+          "| train CPU s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in sorted(rows, key=lambda r: (r["treebank"], r["clusters"], r["seed"])):
+        print(f"| {r['treebank']} ({r['train_sentences']} train) | {r['clusters'] if r['clusters'] > 1 else 'none'} "
+              f"| {r['seed']} | {r['uas_map']:.2f} | {r['uas_mbr']:.2f} | {r['uas_max-z']:.2f} | {r['las_mbr']:.2f} "
+              f"| {r['best_epoch']} | {np.mean(r['epoch_seconds']):.1f} | {r['train_seconds']:.0f} "
+              f"| {r['cpu_seconds']:.0f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("run", help="train and score one arm with one seed")
+    p.add_argument("--treebank", choices=sorted(SPLITS), required=True)
+    p.add_argument("--clusters", type=int, default=1, help="K latent clusters per edge (1: none)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--dim", type=int, default=1 << 22)
+    p.add_argument("--max-sentences", type=int, default=None)
+    p.add_argument("--models", default="/tmp/hidden-table2-models")
+    p.add_argument("--results", default="/tmp/hidden-table2")
+    p.add_argument("--keep", action="store_true", help="keep the trained model under --models")
+    p = sub.add_parser("table", help="the markdown table of the rows in --results")
+    p.add_argument("--results", default="/tmp/hidden-table2")
+    args = ap.parse_args()
+    run(args) if args.command == "run" else table(args)
+
+
+if __name__ == "__main__":
+    main()
