@@ -80,3 +80,26 @@ def test_a_manifest_that_disagrees_with_the_weights_is_refused(tmp_path: Path) -
     update_manifest(out, {"hidden": {"clusters": "two"}})
     with pytest.raises(ModelError, match="hidden.clusters"):
         load_any(out)
+
+
+def test_one_cluster_parses_byte_identically_to_the_plain_model(tmp_path: Path) -> None:
+    from engine.decode.labeler import CountLabeler
+    from engine.features.extract import FeatureExtractor
+    from engine.features.templates import default_first_order
+    from engine.kernels.exact import TreeConstraint
+
+    data = tmp_path / "toy.conllu"
+    data.write_text(TOY, encoding="utf-8")
+    sentences = read_conllu(data)
+    fx = FeatureExtractor(tuple(default_first_order()), 1 << 12)
+    w = np.random.default_rng(0).normal(size=fx.dim)
+    w[0] = 0.0
+    w.flags.writeable = False
+    one = w[None].copy()
+    one.flags.writeable = False
+    labeler = CountLabeler.fit(sentences)
+    plain = FirstOrderParser(fx, w, TreeConstraint(), labeler, {}).parse(sentences)
+    hidden = FirstOrderParser(fx, one, TreeConstraint(), labeler, {}).parse(sentences)
+    for a, b in zip(plain, hidden, strict=True):
+        assert a.marginals.tobytes() == b.marginals.tobytes() and a.log_partition == b.log_partition
+        assert a.heads.tolist() == b.heads.tolist() and a.deprels == b.deprels
