@@ -36,7 +36,7 @@ from engine.data.conllu_io import read_conllu  # noqa: E402
 from engine.evaluation.metrics import attachment_scores  # noqa: E402
 from engine.kernels.mbr import best_tree  # noqa: E402
 from engine.parser import FirstOrderParser  # noqa: E402
-from engine.scoring.hidden import cluster_scores  # noqa: E402
+from engine.scoring.hidden import cluster_scores, marginalise_clusters  # noqa: E402
 from engine.training.pipeline import TrainOptions, train_model  # noqa: E402
 
 UD = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud"
@@ -58,6 +58,20 @@ def decode(parser: FirstOrderParser, dev: list[Any]) -> dict[str, list[np.ndarra
             out["max-z"][i] = best_tree(best_z[j], parser.constraint)
     assert all(h is not None for h in out["map"])
     return out
+
+
+def cluster_use(parser: FirstOrderParser, dev: list[Any]) -> dict[str, float]:
+    """How far the clusters split the gold dev edges: the mean entropy of p(z | gold edge) over log K (1: the
+    clusters are interchangeable, 0: each edge has one cluster) and the mean largest posterior."""
+    entropy, top = [], []
+    for idx, _ in parser.batches(dev):
+        chosen = [dev[i] for i in idx]
+        _, post = marginalise_clusters(cluster_scores(parser.weights, parser.extractor.extract(chosen)))
+        for j, s in enumerate(chosen):
+            p = post[:, j, s.heads[1:], np.arange(1, len(s.heads))]  # (K, n): the gold edges
+            entropy.extend(-(p * np.log(np.maximum(p, 1e-300))).sum(axis=0) / np.log(len(p)))
+            top.extend(p.max(axis=0))
+    return {"gold_edge_entropy": float(np.mean(entropy)), "gold_edge_top_posterior": float(np.mean(top))}
 
 
 def run(args: argparse.Namespace) -> None:
@@ -83,6 +97,8 @@ def run(args: argparse.Namespace) -> None:
            "train_seconds": summary["seconds"], "wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1),
            "las_mbr": attachment_scores(dev, [p.heads for p in labelled], [p.deprels for p in labelled],
                                         [p.head_probs for p in labelled])["las"]}
+    if parser.clusters is not None:
+        row.update(cluster_use(parser, dev))
     for name, predicted in heads.items():
         ok = np.concatenate([np.asarray(h[1:]) == s.heads[1:] for h, s in zip(predicted, dev, strict=True)])
         row[f"uas_{name}"] = 100.0 * float(ok.mean())
@@ -97,13 +113,18 @@ def run(args: argparse.Namespace) -> None:
 def table(args: argparse.Namespace) -> None:
     rows = [json.loads(p.read_text()) for p in sorted(Path(args.results).glob("*.json"))]
     print("| treebank | clusters | seed | map | mbr | max-z | LAS (mbr) | best epoch | s/epoch | train s "
-          "| train CPU s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| train CPU s | H(z given gold edge) / log K |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: (r["treebank"], r["clusters"], r["seed"])):
         print(f"| {r['treebank']} ({r['train_sentences']} train) | {r['clusters'] if r['clusters'] > 1 else 'none'} "
               f"| {r['seed']} | {r['uas_map']:.2f} | {r['uas_mbr']:.2f} | {r['uas_max-z']:.2f} | {r['las_mbr']:.2f} "
               f"| {r['best_epoch']} | {np.mean(r['epoch_seconds']):.1f} | {r['train_seconds']:.0f} "
-              f"| {r['cpu_seconds']:.0f} |")
+              f"| {r['cpu_seconds']:.0f} | {_entropy(r)} |")
+
+
+def _entropy(row: dict[str, Any]) -> str:
+    """The normalised cluster entropy of a row, or a dash (no clusters, or not measured in that run)."""
+    return f"{row['gold_edge_entropy']:.3f}" if "gold_edge_entropy" in row else "-"
 
 
 def main() -> None:
