@@ -120,6 +120,26 @@ def table(args: argparse.Namespace) -> None:
               f"| {r['seed']} | {r['uas_map']:.2f} | {r['uas_mbr']:.2f} | {r['uas_max-z']:.2f} | {r['las_mbr']:.2f} "
               f"| {r['best_epoch']} | {np.mean(r['epoch_seconds']):.1f} | {r['train_seconds']:.0f} "
               f"| {r['cpu_seconds']:.0f} | {_entropy(r)} |")
+    summary(rows)
+
+
+def summary(rows: list[dict[str, Any]]) -> None:
+    """Means over the seeds of each (treebank, clusters) arm, and each arm's difference from the no-cluster arm
+    with the same seeds (paired by seed: the same batch order)."""
+    print("\n| treebank | clusters | seeds | map | mbr | max-z | LAS (mbr) | mbr - none, per seed | train CPU s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    arms: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        arms.setdefault((r["treebank"], r["clusters"]), []).append(r)
+    for (treebank, k), runs in sorted(arms.items()):
+        base = {r["seed"]: r for r in arms.get((treebank, 1), [])}
+        diffs = [f"{r['uas_mbr'] - base[r['seed']]['uas_mbr']:+.2f}" for r in sorted(runs, key=lambda r: r["seed"])
+                 if r["seed"] in base] if k > 1 else []
+        mean = {key: np.mean([r[key] for r in runs]) for key in ("uas_map", "uas_mbr", "uas_max-z", "las_mbr",
+                                                                  "cpu_seconds")}
+        print(f"| {treebank} | {k if k > 1 else 'none'} | {','.join(str(r['seed']) for r in runs)} "
+              f"| {mean['uas_map']:.2f} | {mean['uas_mbr']:.2f} | {mean['uas_max-z']:.2f} | {mean['las_mbr']:.2f} "
+              f"| {' '.join(diffs) or '-'} | {mean['cpu_seconds']:.0f} |")
 
 
 def _entropy(row: dict[str, Any]) -> str:
