@@ -51,7 +51,7 @@ class FirstOrderParser:
     labeler: Any  # CountLabeler, or a pipeline's LogLinearLabeler (see engine.decode.labeler.label_arcs)
     manifest: dict[str, Any]
     _scorer: ArcScorer | None = field(default=None, repr=False, compare=False)
-    _rows: list[np.ndarray] | None = field(default=None, repr=False, compare=False)
+    _rows: tuple[np.ndarray, list[np.ndarray]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def clusters(self) -> int | None:
@@ -63,9 +63,9 @@ class FirstOrderParser:
         built for a read-only model's rows keeps serving them)."""
         if self.weights.ndim == 1:
             return [self.weights]
-        if self._rows is None or self._rows[0].base is not self.weights:
-            self._rows = list(self.weights)
-        return self._rows
+        if self._rows is None or self._rows[0] is not self.weights:
+            self._rows = (self.weights, list(self.weights))
+        return self._rows[1]
 
     def _scores(self, sentences: Sequence[Tokens]) -> np.ndarray:
         """Arc log-potentials (B, n+1, n+1); with clusters, log sum_z exp of the clusters' (eq. 18)."""

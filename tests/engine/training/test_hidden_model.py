@@ -55,7 +55,9 @@ def test_a_clustered_model_trains_saves_loads_and_parses(tmp_path: Path) -> None
     assert isinstance(parser, FirstOrderParser) and parser.clusters == 3
     assert parser.weights.shape == (3, 4099) and not np.array_equal(parser.weights[0], parser.weights[1])
     sentences = read_conllu(data)[:2]
+    scorer = parser._scorer
     parsed = parser.parse(sentences)
+    assert scorer is not None and parser._scorer is scorer  # the stored table serves every parse
     for sent, p in zip(sentences, parsed, strict=True):
         features = parser.extractor.extract([sent])
         scores, _ = marginalise_clusters(cluster_scores(parser.weights, features))
