@@ -15,6 +15,7 @@ an interrupted series; ``--table`` prints the markdown table of the rows there.
 
     python bench/hidden_table2.py run --treebank en_ewt --clusters 1 --seed 0 --max-sentences 4000 --epochs 5
     python bench/hidden_table2.py table --results /tmp/hidden-table2
+    python bench/hidden_table2.py compare --treebank en_ewt --a MODEL_A --b MODEL_B   # models kept by --keep
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def cluster_use(parser: FirstOrderParser, dev: list[Any]) -> dict[str, float]:
         chosen = [dev[i] for i in idx]
         _, post = marginalise_clusters(cluster_scores(parser.weights, parser.extractor.extract(chosen)))
         for j, s in enumerate(chosen):
-            p = post[:, j, s.heads[1:], np.arange(1, len(s.heads))]  # (K, n): the gold edges
+            p = post[:, j, np.asarray(s.heads)[1:], np.arange(1, len(s.heads))]  # (K, n): the gold edges
             entropy.extend(-(p * np.log(np.maximum(p, 1e-300))).sum(axis=0) / np.log(len(p)))
             top.extend(p.max(axis=0))
     return {"gold_edge_entropy": float(np.mean(entropy)), "gold_edge_top_posterior": float(np.mean(top))}
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> None:
     if parser.clusters is not None:
         row.update(cluster_use(parser, dev))
     for name, predicted in heads.items():
-        ok = np.concatenate([np.asarray(h[1:]) == s.heads[1:] for h, s in zip(predicted, dev, strict=True)])
+        ok = np.concatenate([np.asarray(h[1:]) == np.asarray(s.heads)[1:] for h, s in zip(predicted, dev, strict=True)])
         row[f"uas_{name}"] = 100.0 * float(ok.mean())
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
@@ -147,6 +148,24 @@ def _entropy(row: dict[str, Any]) -> str:
     return f"{row['gold_edge_entropy']:.3f}" if "gold_edge_entropy" in row else "-"
 
 
+def compare(args: argparse.Namespace) -> None:
+    """McNemar's exact test on the words whose mbr head only one of two kept models gets right (paired by word)."""
+    from scipy.stats import binomtest
+
+    dev = read_conllu(UD / args.treebank / SPLITS[args.treebank][1])
+    right = []
+    for directory in (args.a, args.b):
+        parser = load_any(directory)
+        assert isinstance(parser, FirstOrderParser)
+        right.append(np.concatenate([p.heads[1:] == np.asarray(s.heads)[1:]
+                                     for p, s in zip(parser.parse(dev, labels=False), dev, strict=True)]))
+    only_a, only_b = int((right[0] & ~right[1]).sum()), int((right[1] & ~right[0]).sum())
+    p_value = binomtest(min(only_a, only_b), only_a + only_b).pvalue if only_a + only_b else 1.0
+    print(json.dumps({"a": args.a, "b": args.b, "words": len(right[0]), "uas_a": 100 * float(right[0].mean()),
+                      "uas_b": 100 * float(right[1].mean()), "only_a_right": only_a, "only_b_right": only_b,
+                      "mcnemar_exact_p": p_value}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -162,8 +181,12 @@ def main() -> None:
     p.add_argument("--keep", action="store_true", help="keep the trained model under --models")
     p = sub.add_parser("table", help="the markdown table of the rows in --results")
     p.add_argument("--results", default="/tmp/hidden-table2")
+    p = sub.add_parser("compare", help="McNemar's test between two models kept by run --keep")
+    p.add_argument("--treebank", choices=sorted(SPLITS), required=True)
+    p.add_argument("--a", required=True)
+    p.add_argument("--b", required=True)
     args = ap.parse_args()
-    run(args) if args.command == "run" else table(args)
+    {"run": run, "table": table, "compare": compare}[args.command](args)
 
 
 if __name__ == "__main__":
