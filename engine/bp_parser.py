@@ -85,6 +85,8 @@ class BPParser:
                          second_dim: int = 0, prune: bool = False) -> BPParser:
         """A BP parser on a first-order model; with ``templates``, a second-order model initialised from it
         (first-order weights copied, ``second_dim`` zero weights for the new features, pruned by it)."""
+        if parser.clusters is not None:
+            raise ValueError("a first-order model with latent edge clusters cannot start or prune a BP parser yet")
         weights = np.concatenate([parser.weights, np.zeros(second_dim)])
         pruner = parser.weights.copy() if prune else None
         return cls(parser.extractor, weights, parser.constraint, parser.labeler, templates or {}, pruner,

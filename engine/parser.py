@@ -25,6 +25,7 @@ from engine.kernels.mbr import mbr_decode
 from engine.model.store import ModelError, StoredModel, half_precision, load_model, save_model
 from engine.results import UNLABELLED, ParsedSentence, TreeDistribution
 from engine.scoring.fused import ArcScorer, stored_table
+from engine.scoring.hidden import marginalise_clusters
 
 
 def model_manifest(base: dict[str, Any], extra: dict[str, Any] | None, order: int, extractor: FeatureExtractor,
@@ -50,21 +51,43 @@ class FirstOrderParser:
     labeler: Any  # CountLabeler, or a pipeline's LogLinearLabeler (see engine.decode.labeler.label_arcs)
     manifest: dict[str, Any]
     _scorer: ArcScorer | None = field(default=None, repr=False, compare=False)
+    _rows: tuple[np.ndarray, list[np.ndarray]] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def clusters(self) -> int | None:
+        """K for a model with latent edge clusters (weights (K, dim), ``engine.scoring.hidden``), else None."""
+        return int(self.weights.shape[0]) if self.weights.ndim == 2 else None
+
+    def _vectors(self) -> list[np.ndarray]:
+        """The weight vectors the scorer reads: the weights, or one row per cluster (kept, so that a scorer
+        built for a read-only model's rows keeps serving them)."""
+        if self.weights.ndim == 1:
+            return [self.weights]
+        if self._rows is None or self._rows[0] is not self.weights:
+            self._rows = (self.weights, list(self.weights))
+        return self._rows[1]
+
+    def _scores(self, sentences: Sequence[Tokens]) -> np.ndarray:
+        """Arc log-potentials (B, n+1, n+1); with clusters, log sum_z exp of the clusters' (eq. 18)."""
+        vectors = self._vectors()
+        if self._scorer is None or not self._scorer.serves(vectors):
+            self._scorer = ArcScorer(self.extractor, vectors)
+        per = self._scorer(sentences)
+        return per[0] if self.weights.ndim == 1 else marginalise_clusters(per)[0]
 
     def batches(self, sentences: Sequence[Tokens], batch_size: int = 64,
                 mixtures: Sequence[TagMixture | None] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(sentence indices, arc scores (B, n+1, n+1)) for equal-length batches, straight from the tokens
-        (``engine.scoring.fused``; the values ``arc_scores(weights, extractor.extract(...))`` gives);
-        ``mixtures[i]``: sentence ``i``'s scores are their weighted mean over those taggings."""
-        if self._scorer is None or not self._scorer.serves([self.weights]):
-            self._scorer = ArcScorer(self.extractor, [self.weights])
+        (``engine.scoring.fused``; the values ``arc_scores(weights, extractor.extract(...))`` gives, summed
+        over the clusters for a model with them); ``mixtures[i]``: sentence ``i``'s scores are their weighted
+        mean over those taggings."""
         for idx in length_batches([len(s.forms) for s in sentences], batch_size):
             chosen = [sentences[i] for i in idx]
             if mixtures is None or all(mixtures[i] is None for i in idx):
-                yield idx, self._scorer(chosen)[0]
+                yield idx, self._scores(chosen)
                 continue
             mix = [mixtures[i] for i in idx]
-            yield idx, mixed_rows(self._scorer(with_copies(chosen, mix))[0], mix)
+            yield idx, mixed_rows(self._scores(with_copies(chosen, mix)), mix)
 
     def parse(self, sentences: Sequence[Tokens], batch_size: int = 64, labels: bool = True,
               mixtures: Sequence[TagMixture | None] | None = None) -> list[ParsedSentence]:
@@ -94,6 +117,8 @@ class FirstOrderParser:
         """Write the model; ``arrays`` adds other components' arrays (``engine.pipeline``); ``half`` stores
         large float arrays as float16 (``engine.model.store.half_precision``)."""
         manifest = model_manifest(self.manifest, extra, 1, self.extractor, self.constraint, self.labeler)
+        if self.clusters is not None:  # latent edge clusters: weights (K, dim), read back by ``from_stored``
+            manifest["hidden"] = {"clusters": self.clusters}
         out = {"weights": self.weights.astype(np.float32), **(arrays or {})}
         save_model(directory, manifest, half_precision(out) if half else out)
 
@@ -104,13 +129,29 @@ class FirstOrderParser:
     @classmethod
     def from_stored(cls, directory: str | os.PathLike[str], stored: StoredModel) -> FirstOrderParser:
         extractor, constraint, labeler = load_common(directory, stored.manifest)
+        clusters = hidden_clusters(directory, stored.manifest)
         weights = stored.arrays["weights"].astype(np.float64)
-        if weights.shape != (extractor.dim,):
-            raise ModelError(f"{directory}: weights have shape {weights.shape}, features need ({extractor.dim},)")
+        shape = (extractor.dim,) if clusters is None else (clusters, extractor.dim)
+        if weights.shape != shape:
+            raise ModelError(f"{directory}: weights have shape {weights.shape}, features need {shape}")
         weights.flags.writeable = False  # a loaded model's weights: the scorer lays them out once
-        table = stored_table([stored.arrays["weights"]], extractor.dim)
-        return cls(extractor, weights, constraint, labeler, stored.manifest,
-                   None if table is None else ArcScorer(extractor, [weights], table))
+        parser = cls(extractor, weights, constraint, labeler, stored.manifest)
+        raw = stored.arrays["weights"]
+        table = stored_table([raw] if clusters is None else list(raw), extractor.dim)
+        if table is not None:
+            parser._scorer = ArcScorer(extractor, parser._vectors(), table)
+        return parser
+
+
+def hidden_clusters(directory: str | os.PathLike[str], manifest: dict[str, Any]) -> int | None:
+    """K from the manifest's ``hidden`` block (a model with latent edge clusters), else None."""
+    block = manifest.get("hidden")
+    if block is None:
+        return None
+    clusters = block.get("clusters") if isinstance(block, dict) else None
+    if not isinstance(clusters, int) or isinstance(clusters, bool) or clusters < 1:
+        raise ModelError(f"{directory}: manifest hidden.clusters must be an integer of at least 1, got {clusters!r}")
+    return clusters
 
 
 def load_common(directory: str | os.PathLike[str],

@@ -26,7 +26,7 @@ from engine.model.store import ModelError, file_sha256, load_model
 from engine.parser import FirstOrderParser
 
 # manifest fields that decide what a weight means; models must agree on all of them
-_SAME = ("order", "tree", "features", "pruning")
+_SAME = ("order", "tree", "features", "pruning", "hidden")
 
 
 def average_parsers(directories: list[str | os.PathLike[str]]) -> FirstOrderParser | BPParser:
@@ -60,6 +60,9 @@ def _check_compatible(a_dir: str | os.PathLike[str], a: Any, b_dir: str | os.Pat
     for key in _SAME:
         if a.manifest.get(key) != b.manifest.get(key):
             raise ModelError(f"{b_dir} and {a_dir} differ in {key!r}: their weights do not mean the same features")
+    if getattr(a, "clusters", None) is not None and a.weights.shape[0] > 1:
+        raise ModelError(f"{a_dir} has latent edge clusters: runs number their clusters arbitrarily (cluster z of "
+                         "one is not cluster z of another), so the mean of their weights means nothing")
     if a.weights.shape != b.weights.shape:
         raise ModelError(f"{b_dir} has {b.weights.shape} weights but {a_dir} {a.weights.shape}")
     pa, pb = getattr(a, "pruner", None), getattr(b, "pruner", None)

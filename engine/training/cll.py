@@ -28,6 +28,12 @@ from engine.features.extract import FeatureExtractor
 from engine.kernels.brute_force import is_projective
 from engine.kernels.exact import TreeConstraint, exact_marginals
 from engine.kernels.mst import is_tree
+from engine.scoring.hidden import (
+    cluster_scores,
+    initial_cluster_weights,
+    marginalise_clusters,
+    scatter_cluster_gradient,
+)
 from engine.scoring.potentials import arc_scores, scatter_gradient
 from engine.training.loop import EpochLoop, dev_or_loss
 from engine.training.optim import AdaGrad, OptimSettings
@@ -57,19 +63,37 @@ class TrainResult:
     config: dict[str, Any] = field(default_factory=dict)
 
 
+def tree_nll(scores: np.ndarray, gold: np.ndarray, constraint: TreeConstraint) -> tuple[float, np.ndarray]:
+    """Summed ``log Z(x) - score(x, y)`` over a batch of arc log-potentials ``scores`` (B, n+1, n+1) with gold
+    heads ``gold`` (B, n+1), and its gradient w.r.t. the scores: arc marginals minus gold indicators."""
+    log_z, marg = exact_marginals(scores, constraint)
+    b, n1 = gold.shape
+    rows = np.repeat(np.arange(b), n1 - 1)
+    heads = gold[:, 1:].reshape(-1)
+    deps = np.tile(np.arange(1, n1), b)
+    gold_score = scores[rows, heads, deps].reshape(b, n1 - 1).sum(axis=1)
+    marg[rows, heads, deps] -= 1.0  # expected minus observed
+    return float((log_z - gold_score).sum()), marg
+
+
 def cll_objective(
     weights: np.ndarray, batch: TrainingBatch, constraint: TreeConstraint
 ) -> tuple[float, np.ndarray]:
     """Negative conditional log-likelihood of a batch and its gradient w.r.t. the weights."""
-    scores = arc_scores(weights, batch.features)
-    log_z, marg = exact_marginals(scores, constraint)
-    b, n1 = batch.gold.shape
-    rows = np.repeat(np.arange(b), n1 - 1)
-    heads = batch.gold[:, 1:].reshape(-1)
-    deps = np.tile(np.arange(1, n1), b)
-    gold_score = scores[rows, heads, deps].reshape(b, n1 - 1).sum(axis=1)
-    marg[rows, heads, deps] -= 1.0  # expected minus observed
-    return float((log_z - gold_score).sum()), scatter_gradient(batch.features, marg, len(weights))
+    nll, score_grad = tree_nll(arc_scores(weights, batch.features), batch.gold, constraint)
+    return nll, scatter_gradient(batch.features, score_grad, len(weights))
+
+
+def hidden_cll_objective(
+    weights: np.ndarray, batch: TrainingBatch, constraint: TreeConstraint
+) -> tuple[float, np.ndarray]:
+    """The same with latent edge clusters (Smith & Smith 2007 §5.1, eq. 17-18; ``engine.scoring.hidden``):
+    ``weights`` (K, dim); the negative log-likelihood ``-log sum_z p(y, z | x)`` is the first-order one over the
+    marginalised scores, and the gradient w.r.t. ``weights[z]`` scatters ``(p(edge) - [edge in gold]) *
+    p(z | edge)``. With K = 1 both equal ``cll_objective``'s bit for bit."""
+    scores, posterior = marginalise_clusters(cluster_scores(weights, batch.features))
+    nll, score_grad = tree_nll(scores, batch.gold, constraint)
+    return nll, scatter_cluster_gradient(batch.features, score_grad, posterior, weights.shape[1])
 
 
 def usable_trees(sentences: Sequence[Any], constraint: TreeConstraint) -> tuple[list[int], dict[str, int]]:
@@ -113,6 +137,7 @@ def train_cll(
     progress: bool = True,
     on_batch: Callable[[int, int], None] | None = None,
     client: Any = None,
+    clusters: int | None = None,
 ) -> TrainResult:
     """Train weights by CLL + AdaGrad; ``dev_score(weights)`` picks the best epoch (higher is better; without
     it, the lowest training loss). ``progress`` shows tqdm bars.
@@ -123,7 +148,13 @@ def train_cll(
     ``client`` (a ``distributed.Client``): the batches' losses and gradients are computed data-parallel on its
     workers, each holding a shard of the sentences (``engine.training.cluster``); the same batches, order and
     AdaGrad steps, so the weights equal single-process training's up to the rounding of the gradient sums.
+
+    ``clusters`` = K: latent edge clusters (``hidden_cll_objective``); the weights are then (K, dim), starting
+    from ``initial_cluster_weights(K, dim, config.seed)`` (noise for K > 1, zeros for K = 1, which trains
+    today's weights bit for bit in a (1, dim) array). Not with ``client``.
     """
+    if clusters is not None and client is not None:
+        raise ValueError("latent edge clusters are not trained on a cluster of workers")
     start = time.perf_counter()
     keep, skipped = usable_trees(train, constraint)
     kept = [train[i] for i in keep]
@@ -133,6 +164,8 @@ def train_cll(
         sizes = [len(batch.gold) for batch in batches]
 
         def objective(weights: np.ndarray, b: int) -> tuple[float, np.ndarray]:
+            if clusters is not None:
+                return hidden_cll_objective(weights, batches[b], constraint)
             return cll_objective(weights, batches[b], constraint)
     else:
         from engine.training.cluster import ShardedCLL
@@ -141,8 +174,8 @@ def train_cll(
         sizes, objective = sharded.sizes, sharded.objective
     n_sent = len(keep)
     rng = np.random.default_rng(config.seed)
-    w = np.zeros(extractor.dim)
-    opt = AdaGrad(extractor.dim, config.learning_rate)
+    w = np.zeros(extractor.dim) if clusters is None else initial_cluster_weights(clusters, extractor.dim, config.seed)
+    opt = AdaGrad(w.shape if clusters is not None else extractor.dim, config.learning_rate)
     loop = EpochLoop([w], total_batches=config.epochs * len(sizes), total_epochs=config.epochs,
                      average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
 

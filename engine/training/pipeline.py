@@ -35,6 +35,7 @@ from engine.kernels.exact import TreeConstraint
 from engine.model.store import file_sha256
 from engine.parser import FirstOrderParser
 from engine.pipeline import Pipeline
+from engine.scoring.hidden import HIDDEN_INIT_SCALE
 from engine.text.jackknife import jackknife_tag_draws
 from engine.text.tagger import Tagger
 from engine.text.tokenizer import Tokenizer
@@ -211,13 +212,19 @@ def _train_first_order(data: _Data, options: TrainOptions, labeler: CountLabeler
         return train_cll(extractor, constraint, train, replace(_train_config(options), seed=seed) if order == 1
                          else TrainConfig(epochs=8, batch_size=options.batch_size, learning_rate=0.2,
                                           l2=options.l2, seed=seed),
-                         dev_uas_first if dev else None, progress, on_batch, client)
+                         dev_uas_first if dev else None, progress, on_batch, client, clusters)
+
+    # latent edge clusters (engine.scoring.hidden): the parser's weights become (K, dim); none for a pruner
+    clusters = options.hidden_clusters if order == 1 and options.hidden_clusters > 1 else None
 
     result, runs = train_seeds(run_first, seeds, report.batches(stage), tasks)
     first.weights = result.weights
     if result.interrupted and order == 2:
         order = 1  # stopped while training the pruner: save what we have as a first-order model
-    return _Parser(first, order, result, runs, {"objective": options.objective})
+    training: dict[str, Any] = {"objective": options.objective}
+    if clusters is not None:
+        training["hidden"] = {"clusters": clusters, "init_scale": HIDDEN_INIT_SCALE, "init_seed": options.seed}
+    return _Parser(first, order, result, runs, training)
 
 
 def _load_pruner(pruner_path: PathLike, options: TrainOptions, labeler: CountLabeler) -> FirstOrderParser:
