@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi.testclient import TestClient
 
@@ -133,3 +134,17 @@ class ServerProcess:
         except ProcessLookupError:
             pass
         self.log.close()
+
+
+@contextmanager
+def running_server(data_dir: Path, env: dict[str, str], workers: int = 1) -> Iterator[tuple[ServerProcess, Any]]:
+    """A ready ``ServerProcess`` with ``env`` and an ``httpx.Client`` on it; stopped on exit."""
+    import httpx
+
+    proc = ServerProcess(data_dir, workers=workers, env=env)
+    try:
+        proc.wait_ready()
+        with httpx.Client(base_url=proc.url, timeout=60) as client:
+            yield proc, client
+    finally:
+        proc.stop()

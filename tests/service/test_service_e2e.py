@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from service_helpers import TAGS, TAGS2, WORDS, WORDS2, ServerProcess
+from service_helpers import TAGS, TAGS2, WORDS, WORDS2, ServerProcess, running_server
 
 KEY = "s3cret-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -49,14 +49,8 @@ def submit(client: httpx.Client, train: str, config: dict[str, Any], key: str | 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, httpx.Client]]:
-    data = tmp_path_factory.mktemp("e2e") / "data"
-    proc = ServerProcess(data, workers=1, env={"API_KEY": KEY})
-    try:
-        proc.wait_ready()
-        with httpx.Client(base_url=proc.url, timeout=60) as client:
-            yield proc, client
-    finally:
-        proc.stop()
+    with running_server(tmp_path_factory.mktemp("e2e") / "data", {"API_KEY": KEY}) as (proc, client):
+        yield proc, client
 
 
 def test_e2e_every_endpoint(server: tuple[ServerProcess, httpx.Client]) -> None:

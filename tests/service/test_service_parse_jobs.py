@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from service_helpers import MODELS, ServerProcess
+from service_helpers import MODELS, ServerProcess, running_server
 
 from engine.cli import main as engine_main
 from engine.data.conllu_io import read_conllu
@@ -63,14 +63,8 @@ def submit(client: httpx.Client | TestClient, text: str, config: dict[str, Any])
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, httpx.Client]]:
-    data = tmp_path_factory.mktemp("batch") / "data"
-    proc = ServerProcess(data, workers=1, env={"API_KEY": KEY})
-    try:
-        proc.wait_ready()
-        with httpx.Client(base_url=proc.url, timeout=60) as client:
-            yield proc, client
-    finally:
-        proc.stop()
+    with running_server(tmp_path_factory.mktemp("batch") / "data", {"API_KEY": KEY}) as (proc, client):
+        yield proc, client
 
 
 @pytest.mark.slow
