@@ -73,9 +73,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     except train_options.TrainOptionsError as e:
         raise UsageError(str(e)) from e
     if args.dev and args.calibrate and not summary["interrupted"]:
-        # the same fit as `python -m engine calibrate --model OUT --data DEV`, under the model's default inference
-        summary["calibration"] = calibrate_model(build_parser().parse_args(
-            ["calibrate", "--model", str(args.out), "--data", str(args.dev)]))
+        summary["calibration"] = calibrate_trained(args.out, args.dev)
     print(json.dumps(summary, indent=2))
     return 130 if summary["interrupted"] else 0
 
@@ -190,6 +188,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     print(json.dumps(calibrate_model(args)))
     return 0
+
+
+def calibrate_trained(model: str | Path, dev: str | Path) -> dict[str, Any]:
+    """The calibration that ends a training with a dev set (``train --dev``, the service's training jobs): the
+    same fit as ``python -m engine calibrate --model MODEL --data DEV``, under the model's default inference."""
+    return calibrate_model(build_parser().parse_args(["calibrate", "--model", str(model), "--data", str(dev)]))
 
 
 def calibrate_model(args: argparse.Namespace) -> dict[str, Any]:

@@ -25,6 +25,9 @@ class JobConfigBase(BaseModel):
 
     name: str = Field("custom", pattern=MODEL_NAME.pattern,
                       description="Model name; the trained model is published as version N of this name.")
+    calibrate: bool = Field(True, description="With a dev upload: fit the model's calibration on it after training "
+                            "(head, label and tree probabilities, conformal thresholds), as `python -m engine train "
+                            "--dev` does; false skips it.")
 
     @field_validator("factors", check_fields=False)
     @classmethod
@@ -49,7 +52,8 @@ class JobConfigBase(BaseModel):
 
     def to_options(self) -> TrainOptions:
         """The engine's training options for this config."""
-        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in self.model_dump().items()}
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
+                                  for k, v in self.model_dump(exclude={"calibrate"}).items()}
         return TrainOptions(**values)
 
 

@@ -186,6 +186,12 @@ def _train(store: JobStore, job: Job, root: Path, tmp: Path, owner: str, parent:
         raise RuntimeError("training was interrupted")
     model = {"name": config.name, "version": version["n"]}
     metrics = {k: summary.get(k) for k in ("order", "best_epoch", "seconds", "skipped_trees", "dev")}
+    if job.dev_path is not None and config.calibrate:
+        from engine.cli import calibrate_trained
+
+        check(0.99, "calibrating on the dev set", force=True)
+        fitted = calibrate_trained(tmp / "model", job.dev_path)
+        metrics["calibration"] = {k: fitted[k] for k in ("head_power", "ece_before", "ece_after")}
     current = store.get(job.id)
     if current is None or current.status != "running" or current.owner != owner:
         log.warning("job %s ended elsewhere; discarding its model", job.id)

@@ -17,6 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from engine.bp_parser import load_any
+from engine.model.store import file_sha256
 from engine.training.pipeline import train_model
 from service.jobs.config import JobConfig
 from service.jobs.layout import DataLayout
@@ -176,12 +177,13 @@ def test_job_config() -> None:
 
 def test_job_config_fields_are_the_engine_options_within_the_service_limits() -> None:
     """Every job option is a ``TrainOptions`` field with its default; bounds are the engine's, narrowed by
-    ``JOB_LIMITS`` (so a job never gets more tag samples than a request may ask for)."""
+    ``JOB_LIMITS`` (so a job never gets more tag samples than a request may ask for); ``name`` and
+    ``calibrate`` are the service's own."""
     from engine.training import options as train_options
     from service.settings import JOB_LIMITS
 
     declared = {name for name, spec in train_options.specs().items() if spec.job}
-    assert set(JobConfig.model_fields) == declared | {"name"} and set(JOB_LIMITS) <= declared
+    assert set(JobConfig.model_fields) == declared | {"name", "calibrate"} and set(JOB_LIMITS) <= declared
     assert JobConfig().to_options() == train_options.TrainOptions(name="custom")
     schema = JobConfig.model_json_schema()["properties"]
     assert schema["tag_samples"]["maximum"] == JOB_LIMITS["tag_samples"]["le"] < train_options.MAX_TAG_SAMPLES
@@ -285,8 +287,9 @@ def _leftovers(layout: DataLayout) -> list[str]:
 def test_scheduler_trains_and_versions_models(layout: DataLayout, treebanks: dict[str, Path],
                                               running: Callable[..., tuple[Scheduler, list[Job]]]) -> None:
     store = JobStore(layout.database)
-    for job_id in ("first", "second"):
-        _submit(store, layout, job_id, treebanks["small"], treebanks["dev"], name="tiny", epochs=2, dim=2**16)
+    for job_id, calibrate in (("first", True), ("second", False)):
+        _submit(store, layout, job_id, treebanks["small"], treebanks["dev"], name="tiny", epochs=2, dim=2**16,
+                calibrate=calibrate)
     scheduler, finished = running(workers=2)
     _wait(lambda: len(finished) == 2, 60, "both jobs to finish")
     assert scheduler.running == []
@@ -299,6 +302,12 @@ def test_scheduler_trains_and_versions_models(layout: DataLayout, treebanks: dic
         model = load_any(layout.trained_dir / "tiny" / f"v{job.model['version']}")
         assert model.manifest["name"] == "tiny" and model.manifest["version"] == job.model["version"]
         assert model.manifest["training"]["train_sentences"] == 200 and model.extractor.dim == 2**16
+        fitted = (model.manifest.get("inference") or {}).get("head_calibration")
+        if job.id == "first":  # calibrated on its dev upload, as `train --dev` does
+            assert fitted is not None and fitted["data_sha256"] == file_sha256(treebanks["dev"])
+            assert job.metrics["calibration"]["head_power"] == model.manifest["inference"]["head_power"]
+        else:
+            assert fitted is None and "calibration" not in job.metrics
         versions.add(job.model["version"])
     assert versions == {1, 2}
     assert sorted(j.id for j in finished) == ["first", "second"] and all(j.status == "succeeded" for j in finished)
