@@ -16,6 +16,7 @@ from engine.features.extract import UPOS_TAGS
 from engine.inference.settings import method_settings
 from engine.pipeline import MAX_TAG_SAMPLES
 from engine.text.layout import BLANK_LINE_MARKS, DEFAULT_BLANK_LINE, IGNORED
+from service.constituency_schemas import ConstituencySentence, SpansSentence
 
 MODEL_REF = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[0-9]{1,9})?$"
 """A model reference: a name, optionally ``@version`` (``my-model@2``); the newest version by default."""
@@ -310,7 +311,9 @@ class ParsedSentenceOut(SentenceConfidence):
 
 class ParseResponse(BaseModel):
     model: ModelRef
-    sentences: list[ParsedSentenceOut]
+    sentences: list[ParsedSentenceOut | ConstituencySentence] = Field(description="dependency models: tokens "
+                                                                      "with heads; constituency models: tree "
+                                                                      "and constituents")
 
 
 class MarginalsSentence(BaseModel):
@@ -325,7 +328,8 @@ class MarginalsSentence(BaseModel):
 
 class MarginalsResponse(BaseModel):
     model: ModelRef
-    sentences: list[MarginalsSentence]
+    sentences: list[MarginalsSentence | SpansSentence] = Field(description="dependency models: arc marginals; "
+                                                               "constituency models: span marginals")
 
 
 class ConfidenceToken(BaseModel):
@@ -380,6 +384,8 @@ class TreesResponse(BaseModel):
 class ModelInfo(BaseModel):
     name: str
     version: int
+    formalism: Literal["dependency", "constituency"] = Field("dependency", description="constituency models "
+                                                             "answer /parse and /marginals only")
     created: str | None
     metrics: dict[str, Any] | None
     settings: dict[str, Any]
