@@ -5,10 +5,11 @@ A request to a constituency model gives ``tokens`` (words spelled as in the Penn
 split into sentences and words by the tokenizer of the service's default model (``engine.text.tokenizer``, learned
 from UD English EWT, whose words are close to the treebank's: ``n't`` and punctuation are words of their own), and
 both inputs are mapped to the treebank's spelling where it is plain (:data:`PTB_WORDS`, :func:`ptb_words`). The
-limits are those of dependency models (``max_words`` per sentence, ``max_sentences`` and ``max_request_words``
-per request). Everything only a dependency model has (``tags``, ``xpos``, ``conllu``, ``output: conllu``, the
-``inference`` options, ``tag_marginals``, and the routes ``/confidence``, ``/kbest``, ``/sample``) is a 422 that
-says the model is a constituency model (``rule: model-capability``).
+limits are those of dependency models (``max_sentences`` and ``max_request_words`` per request), but for the words
+per sentence, ``max_words_constituency`` (the chart grows as n^2 labels, the time as n^3). Everything only a
+dependency model has (``tags``, ``xpos``, ``conllu``, ``output: conllu``, the ``inference`` options,
+``tag_marginals``, and the routes ``/confidence``, ``/kbest``, ``/sample``) is a 422 that says the model is a
+constituency model (``rule: model-capability``).
 
 Requests go through admission control and the batcher as dependency ones do (``service.routes.parsing``); a
 :class:`ConstituencyWork` is parsed by itself, a sentence at a time, on a batcher thread.
@@ -99,13 +100,13 @@ def sentence_words(req: ParseRequest, entry: ConstituencyEntry, settings: Settin
             raise ProblemError(422, "No tokenizer", f"model {entry.name!r} is a constituency model and the "
                                "service's default model has no tokenizer to split text with: send `tokens`",
                                kind="no-tokenizer", field="text", rule="model-capability")
-        sentences = [list(s.forms) for s in from_text(req.text, tokenizer, settings, settings.max_words,
-                                                       req.blank_line)]
+        sentences = [list(s.forms) for s in from_text(req.text, tokenizer, settings,
+                                                       settings.max_words_constituency, req.blank_line)]
         field = "text"
     else:
         if req.tokens is None:
             raise refusal(entry, "conllu input", "conllu")
-        check_tokens(req.tokens, settings, settings.max_words)
+        check_tokens(req.tokens, settings, settings.max_words_constituency, "model-capability")
         sentences, field = req.tokens, "tokens"
     check_request_words(sum(len(words) for words in sentences), field, settings)
     return [ptb_words(words) for words in sentences]

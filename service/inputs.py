@@ -169,8 +169,9 @@ def from_text(text: str, entry: ModelEntry, settings: Settings, max_words: int,
     return sents
 
 
-def check_tokens(tokens: list[list[str]], settings: Settings, max_words: int) -> None:
-    """The limits and word rules of ``tokens``: sentences per request, words per sentence, each word's form."""
+def check_tokens(tokens: list[list[str]], settings: Settings, max_words: int, rule: str | None = None) -> None:
+    """The limits and word rules of ``tokens``: sentences per request, words per sentence (``rule``: the rule
+    beyond the schema a lower limit than the schema's is), each word's form."""
     if not tokens:
         raise _invalid("tokens holds no sentences", "tokens")
     if len(tokens) > settings.max_sentences:
@@ -179,7 +180,7 @@ def check_tokens(tokens: list[list[str]], settings: Settings, max_words: int) ->
         if not words:
             raise _invalid(f"sentence {i} has no words", "tokens", sentence=i)
         if len(words) > max_words:
-            raise _invalid(f"sentence {i} has {len(words)} words; at most {max_words}", "tokens", sentence=i)
+            raise _invalid(f"sentence {i} has {len(words)} words; at most {max_words}", "tokens", rule, sentence=i)
         _check_words(words, "tokens", i)
 
 

@@ -111,7 +111,11 @@ BEYOND_SCHEMA: dict[str, str] = {
     "model-capability": "the model named (or the default) can do what is asked: text needs a tokenizer, tokens "
                         "or CoNLL-U without UPOS need a tagger, method exact needs a first-order model "
                         "(GET /models: components, default_inference), alpha on /confidence needs the model's "
-                        "conformal thresholds (head_sets) and its calibration (not inference.calibration none)",
+                        "conformal thresholds (head_sets) and its calibration (not inference.calibration none); "
+                        "a constituency model (GET /models: formalism) answers /parse and /marginals only, from "
+                        "tokens or text (text split by the default model's tokenizer) of at most "
+                        "max_words_constituency words per sentence, without tags, xpos, conllu, output conllu, "
+                        "inference options or tag_marginals",
     "one-input": "GET /marginals: exactly one of text or tokens; tags and xpos go with tokens",
     "job-config": "config is a JSON object valid under the JobConfig schema, naming no shipped model (a training "
                   "job), or with kind 'parse' under the ParseJobConfig fields of docs/http-api.md",
