@@ -14,20 +14,13 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from service_helpers import running_app
+from service_helpers import CONSTITUENCY_TREEBANK, running_app, train_constituency
 
-from engine.cli import main
 from engine.constituency.commands import load
 from engine.constituency.outputs import parse_answer, span_answer
 from service.constituency import ptb_words
 
-TREEBANK = (
-    "(TOP (S (NP (DT the) (NN dog)) (VP (VBD saw) (NP (DT a) (NN cat)) (PP (IN with) (NP (NN care)))) (. .)))\n"
-    "(TOP (S (NP (DT the) (NN cat)) (VP (VBD saw) (NP (NP (DT a) (NN dog)) (PP (IN with) (NP (DT a) (NN hat)))))))\n"
-    "(TOP (S (VP (VB look) (PP (IN with) (NP (NN care))))))\n"
-    "(TOP (S (NP (NNS dogs)) (VP (VBD ran) (PRN (-LRB- -LRB-) (NP (NN fast)) (-RRB- -RRB-))) (. .)))\n"
-    "(TOP (S (NP (PRP he)) (VP (VBD said) (`` ``) (S (VP (VB look))) ('' '')) (. .)))\n"
-)
+TREEBANK = CONSTITUENCY_TREEBANK
 KEY = "constituency-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 NAME = "tiny-ptb"
@@ -38,9 +31,7 @@ MAX_WORDS = 12
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The service's data directory with ``tiny-ptb`` v1 in its trained models."""
     tmp = tmp_path_factory.mktemp("constituency")
-    (tmp / "train.mrg").write_text(TREEBANK, encoding="utf-8")
-    out = tmp / "data" / "models" / NAME / "v1"
-    assert main(["train", "--formalism", "constituency", "--train", str(tmp / "train.mrg"), "--out", str(out)]) == 0
+    train_constituency(tmp / "data" / "models" / NAME / "v1")
     return tmp
 
 
