@@ -156,6 +156,20 @@ def _checker(store: JobStore, job: Job, owner: str, parent: int) -> Callable[...
     return check
 
 
+def _reserver(store: JobStore, check: Callable[..., None], name: str, root: Path
+              ) -> tuple[Callable[[], Mapping[str, Any]], dict[str, int]]:
+    """``reserve_version()``, called by the trainer when it saves: the next version of ``name`` (kept in the
+    returned dict under ``"n"``) and the ``name`` and ``version`` the manifest records."""
+    version: dict[str, int] = {}
+
+    def reserve_version() -> Mapping[str, Any]:
+        check(0.98, "saving", force=True)
+        version["n"] = store.allocate_version(name, root)
+        return {"name": name, "version": version["n"]}
+
+    return reserve_version, version
+
+
 def _train(store: JobStore, job: Job, root: Path, tmp: Path, owner: str, parent: int,
            train: TrainFunction | None) -> Path | None:
     from service.jobs.config import JobConfig
@@ -168,13 +182,7 @@ def _train(store: JobStore, job: Job, root: Path, tmp: Path, owner: str, parent:
         train = train_model
     config = JobConfig.model_validate(job.config)
     check = _checker(store, job, owner, parent)
-
-    version: dict[str, int] = {}
-
-    def reserve_version() -> Mapping[str, Any]:
-        check(0.98, "saving", force=True)
-        version["n"] = store.allocate_version(config.name, root)
-        return {"name": config.name, "version": version["n"]}
+    reserve_version, version = _reserver(store, check, config.name, root)
 
     from service.settings import Settings
 
@@ -198,13 +206,7 @@ def _train_constituency(store: JobStore, job: Job, root: Path, tmp: Path, owner:
 
     config = ConstituencyJobConfig.model_validate(job.config)
     check = _checker(store, job, owner, parent)
-    version: dict[str, int] = {}
-
-    def reserve_version() -> Mapping[str, Any]:
-        check(0.98, "saving", force=True)
-        version["n"] = store.allocate_version(config.name, root)
-        return {"name": config.name, "version": version["n"]}
-
+    reserve_version, version = _reserver(store, check, config.name, root)
     metrics = train_constituency(job, tmp / "model", check, reserve_version)
     return _publish(store, job, root, tmp, owner, config.name, version["n"], metrics)
 

@@ -85,23 +85,26 @@ async def _save(upload: UploadFile, path: Path) -> str:
     return digest.hexdigest()
 
 
+def _bad_upload(title: str, kind: str, field: str, detail: str, line: int | None = None) -> ProblemError:
+    """A 422 for a training upload (``rule: treebank``), with its ``line`` where one is known."""
+    where: dict[str, Any] = {} if line is None else {"line": line}
+    return ProblemError(422, title, detail, kind=kind, field=field, rule="treebank", **where)
+
+
 def _validate_treebank(path: Path, field: str) -> int:
     """Training needs readable CoNLL-U with a HEAD for every word; returns the number of sentences."""
+    bad = "Invalid CoNLL-U", "invalid-conllu", field
     try:
         sents = read_conllu(path, name=field)
     except ConlluError as e:
-        raise ProblemError(422, "Invalid CoNLL-U", f"{field}: line {e.line}: {e.problem}", kind="invalid-conllu",
-                           field=field, rule="treebank", line=e.line) from e
+        raise _bad_upload(*bad, f"{field}: line {e.line}: {e.problem}", e.line) from e
     except UnicodeDecodeError as e:
-        raise ProblemError(422, "Invalid CoNLL-U", f"{field} is not UTF-8 text ({e.reason} at byte {e.start})",
-                           kind="invalid-conllu", field=field, rule="treebank") from e
+        raise _bad_upload(*bad, f"{field} is not UTF-8 text ({e.reason} at byte {e.start})") from e
     if not sents:
-        raise ProblemError(422, "Invalid CoNLL-U", f"{field} holds no sentences", kind="invalid-conllu",
-                           field=field, rule="treebank")
+        raise _bad_upload(*bad, f"{field} holds no sentences")
     for s in sents:
         if s.n == 0:
-            raise ProblemError(422, "Invalid CoNLL-U", f"{field}: line {s.start_line}: sentence has no words",
-                               kind="invalid-conllu", field=field, rule="treebank", line=s.start_line)
+            raise _bad_upload(*bad, f"{field}: line {s.start_line}: sentence has no words", s.start_line)
     return len(sents)
 
 
@@ -213,17 +216,15 @@ async def create_job(
 
 def _validate_trees(path: Path, field: str) -> int:
     """A constituency training job needs readable bracketed trees (``.mrg``); returns the number of trees."""
+    bad = "Invalid treebank", "invalid-treebank", field
     try:
         trees = read_trees([path])
     except TreebankError as e:
-        raise ProblemError(422, "Invalid treebank", f"{field}: line {e.line}: {e.problem}", kind="invalid-treebank",
-                           field=field, rule="treebank", line=e.line) from e
+        raise _bad_upload(*bad, f"{field}: line {e.line}: {e.problem}", e.line) from e
     except UnicodeDecodeError as e:
-        raise ProblemError(422, "Invalid treebank", f"{field} is not UTF-8 text ({e.reason} at byte {e.start})",
-                           kind="invalid-treebank", field=field, rule="treebank") from e
+        raise _bad_upload(*bad, f"{field} is not UTF-8 text ({e.reason} at byte {e.start})") from e
     if not trees:
-        raise ProblemError(422, "Invalid treebank", f"{field} holds no trees", kind="invalid-treebank", field=field,
-                           rule="treebank")
+        raise _bad_upload(*bad, f"{field} holds no trees")
     return len(trees)
 
 
