@@ -40,12 +40,16 @@ _IN_WORD = {"(": "-LRB-", ")": "-RRB-", "\u2019": "'"}
 """Characters respelled inside a word too (``don\u2019t``'s ``n\u2019t``; a round bracket would break the
 bracketed tree)."""
 _SPACE = re.compile(r"\s+")
+_END_BACKSLASH = re.compile(r"\\+$")
+r"""Backslashes ending a word: in the bracketed tree they would escape its closing bracket (``nltk`` reads ``\)``
+as a bracket inside a word)."""
 
 
 def ptb_words(words: list[str]) -> list[str]:
     """``words`` in the treebank's spelling: :data:`PTB_WORDS` for a whole word, :data:`_IN_WORD` inside one,
     ``"`` as an opening ````` `` or closing ``''`` quote in turn (the first of a sentence opens), whitespace inside
-    a word as ``_``. Words already spelled as in the treebank are left as they are."""
+    a word as ``_``, backslashes that end a word as ``-BSL-``. Words already spelled as in the treebank are left
+    as they are."""
     out, quote_open = [], False
     for word in words:
         if word == '"':
@@ -55,7 +59,7 @@ def ptb_words(words: list[str]) -> list[str]:
         word = PTB_WORDS.get(word, word)
         for char, spelled in _IN_WORD.items():
             word = word.replace(char, spelled)
-        out.append(_SPACE.sub("_", word))
+        out.append(_END_BACKSLASH.sub(lambda m: "-BSL-" * len(m.group()), _SPACE.sub("_", word)))
     return out
 
 
@@ -95,6 +99,9 @@ def tokenizer_of(registry: ModelRegistry) -> ModelEntry | None:
 def sentence_words(req: ParseRequest, entry: ConstituencyEntry, settings: Settings,
                    tokenizer: ModelEntry | None) -> list[list[str]]:
     """The words of each sentence of the request in the treebank's spelling, checked against the limits."""
+    if "blank_line" in req.model_fields_set and req.text is None:
+        raise ProblemError(422, "Invalid input", "blank_line goes with text (it says what a blank line in the text "
+                           "starts)", kind="invalid-input", field="blank_line")
     if req.text is not None:
         if tokenizer is None:
             raise ProblemError(422, "No tokenizer", f"model {entry.name!r} is a constituency model and the "

@@ -7,6 +7,7 @@ that /parse then serves. The models are trained here on a tiny hand-written tree
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from nltk import Tree
 from service_helpers import CONSTITUENCY_TREEBANK, running_app, train_constituency
 
 from engine.constituency.commands import load
@@ -85,8 +87,24 @@ def test_ptb_words() -> None:
     assert ptb_words(["\u201cHi\u201d", "\u201c", "\u201d", "\u2018", "\u2019", "n\u2019t", "\u2026", "\u2014",
                       "\u2013", "New York", "f(x)"]) == [
         "\u201cHi\u201d", "``", "''", "`", "'", "n't", "...", "--", "--", "New_York", "f-LRB-x-RRB-"]
-    treebank = ["``", "-LRB-", "n't", "''", "--", "...", "$", "3.5"]
+    treebank = ["``", "-LRB-", "n't", "''", "--", "...", "$", "3.5", "1\\/2"]
     assert ptb_words(treebank) == treebank
+    assert ptb_words(["C:\\", "a\\\\"]) == ["C:-BSL-", "a-BSL--BSL-"]
+
+
+def test_any_words_give_a_tree_that_reads_back(model_dir: Path) -> None:
+    """Random words of brackets, quotes, backslashes, spaces and other scripts, respelled: the tree is one line
+    that nltk reads back to the same words, and the answer is JSON without NaN."""
+    parser = load(model_dir / "data" / "models" / NAME / "v1")
+    rng = random.Random(0)
+    alphabet = "aZ09.,;:!?'\"()[]{}-\u2013\u2014\u2026\u201c\u201d\u2018\u2019 $%&*/\\_\u00e9\u6f22\U0001f600\u0301"
+    for _ in range(100):
+        words = ptb_words(["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8)))
+                           for _ in range(rng.randint(1, 10))])
+        tree, marginals = parser.parse_with_marginals(words)
+        answer = parse_answer(tree, marginals, parser.model.grammar)
+        json.dumps([answer, span_answer(words, marginals, parser.model.grammar)], allow_nan=False)
+        assert "\n" not in answer["tree"] and Tree.fromstring(answer["tree"]).leaves() == words, answer["tree"]
 
 
 REFUSED = [
@@ -122,6 +140,7 @@ BAD = [
     ({"text": " ".join(["look"] * (MAX_WORDS + 1))}, "text", f"at most {MAX_WORDS}"),
     ({"text": "   "}, "text", "no words"),
     ({"tokens": [["look"]] * 201}, "tokens", "at most 200"),
+    ({"tokens": [["look"]], "blank_line": "newdoc"}, "blank_line", "goes with text"),
 ]
 
 
