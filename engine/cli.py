@@ -264,6 +264,9 @@ def cmd_parse(args: argparse.Namespace) -> int:
     args.input_format = args.input_format or "conllu"
     if args.input_format in constituency.INPUT_FORMATS:
         raise UsageError(f"--input-format {args.input_format} is for constituency models; {args.model} is not one")
+    if args.output_format is not None:
+        raise UsageError(f"--output-format is for constituency models (ptb or json); {args.model} is not one: it "
+                         "writes CoNLL-U")
     if args.output:
         with atomic_text(args.output) as out:
             run_parse(args, out)

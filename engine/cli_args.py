@@ -8,6 +8,7 @@ import argparse
 from typing import Any
 
 from engine.constituency.commands import INPUT_FORMATS as CONSTITUENCY_INPUTS
+from engine.constituency.commands import OUTPUT_FORMATS as CONSTITUENCY_OUTPUTS
 from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TAG_AVERAGES
 from engine.inference.bp import SCHEDULES
 from engine.inference.settings import method_settings
@@ -171,6 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "line break is a space either way")
     p.add_argument("--retag", action="store_true", help="re-tag every word with the model's tagger")
     p.add_argument("--output", help="output CoNLL-U file (default: stdout)")
+    p.add_argument("--output-format", choices=CONSTITUENCY_OUTPUTS, default=None,
+                   help="constituency models: ptb (one bracketed (TOP ...) tree per line, the default) or json (one "
+                   "JSON object per line, as the service's /parse answers a sentence: words, tree, constituents "
+                   "and tags with their posteriors)")
     alt = p.add_mutually_exclusive_group()
     alt.add_argument("--kbest", type=int, metavar="K", help="write the K most probable trees of each sentence")
     alt.add_argument("--samples", type=int, metavar="N", help="write N trees sampled from each sentence's distribution")

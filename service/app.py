@@ -37,7 +37,8 @@ Errors are `application/problem+json` (RFC 9457) naming the offending `field`, `
 
 **Limits** (configurable; environment variables `PARSER_*`):
 request body {s.max_body_bytes} bytes (413), upload to /jobs {s.max_upload_bytes} bytes (413),
-{s.max_words} words per sentence (422; {s.max_words_kbest} for /kbest and /sample),
+{s.max_words} words per sentence (422; {s.max_words_kbest} for /kbest and /sample,
+{s.max_words_constituency} for constituency models),
 {s.max_sentences} sentences and {s.max_request_words} words per request (422), k <= {s.max_k}, n <= {s.max_n},
 {s.max_iterations} BP iterations, {s.max_rounds} relaxed rounds and {s.max_tag_samples} tag samples;
 at most {s.max_pending} requests and {s.max_words_in_flight} words in flight

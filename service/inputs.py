@@ -136,20 +136,17 @@ def checked_sentences(req: ParseRequest, entry: ModelEntry, settings: Settings,
     if "blank_line" in req.model_fields_set and req.text is None:
         raise _invalid("blank_line goes with text (it says what a blank line in the text starts)", "blank_line")
     if req.text is not None:
-        sents = _from_text(req.text, entry, settings, max_words, req.blank_line)
+        sents = from_text(req.text, entry, settings, max_words, req.blank_line)
     elif req.tokens is not None:
         sents = _from_tokens(req, entry, settings, max_words)
     else:
         sents = _from_conllu(req, entry, settings, max_words)
-    total = sum(s.n for s in sents)
-    if total > settings.max_request_words:
-        field = "text" if req.text is not None else "tokens" if req.tokens is not None else "conllu"
-        raise _invalid(f"the request has {total} words; at most {settings.max_request_words} per request "
-                       "(send the rest in further requests)", field, "request-words")
+    field = "text" if req.text is not None else "tokens" if req.tokens is not None else "conllu"
+    check_request_words(sum(s.n for s in sents), field, settings)
     return sents
 
 
-def _from_text(text: str, entry: ModelEntry, settings: Settings, max_words: int,
+def from_text(text: str, entry: ModelEntry, settings: Settings, max_words: int,
                blank_line: str) -> list[Sentence]:
     if not entry.has_tokenizer:
         raise ProblemError(422, "No tokenizer", f"model {entry.name!r} has no tokenizer, so it cannot parse raw "
@@ -172,9 +169,9 @@ def _from_text(text: str, entry: ModelEntry, settings: Settings, max_words: int,
     return sents
 
 
-def _from_tokens(req: ParseRequest, entry: ModelEntry, settings: Settings, max_words: int) -> list[Sentence]:
-    assert req.tokens is not None
-    tokens = req.tokens
+def check_tokens(tokens: list[list[str]], settings: Settings, max_words: int, rule: str | None = None) -> None:
+    """The limits and word rules of ``tokens``: sentences per request, words per sentence (``rule``: the rule
+    beyond the schema a lower limit than the schema's is), each word's form."""
     if not tokens:
         raise _invalid("tokens holds no sentences", "tokens")
     if len(tokens) > settings.max_sentences:
@@ -183,8 +180,21 @@ def _from_tokens(req: ParseRequest, entry: ModelEntry, settings: Settings, max_w
         if not words:
             raise _invalid(f"sentence {i} has no words", "tokens", sentence=i)
         if len(words) > max_words:
-            raise _invalid(f"sentence {i} has {len(words)} words; at most {max_words}", "tokens", sentence=i)
+            raise _invalid(f"sentence {i} has {len(words)} words; at most {max_words}", "tokens", rule, sentence=i)
         _check_words(words, "tokens", i)
+
+
+def check_request_words(total: int, field: str, settings: Settings) -> None:
+    """At most ``max_request_words`` words in a request."""
+    if total > settings.max_request_words:
+        raise _invalid(f"the request has {total} words; at most {settings.max_request_words} per request "
+                       "(send the rest in further requests)", field, "request-words")
+
+
+def _from_tokens(req: ParseRequest, entry: ModelEntry, settings: Settings, max_words: int) -> list[Sentence]:
+    assert req.tokens is not None
+    tokens = req.tokens
+    check_tokens(tokens, settings, max_words)
     tags = _per_sentence(req.tags, "tags", tokens)
     xpos = _per_sentence(req.xpos, "xpos", tokens)
     if tags is not None:

@@ -22,6 +22,7 @@ from typing import Any
 from engine.data.conllu_io import Sentence
 from engine.results import ParsedSentence
 from service import parsing
+from service.constituency import ConstituencyWork, run_works
 from service.inputs import checked_sentences, tag_sentences
 from service.registry import ModelEntry
 from service.schemas import ParseRequest
@@ -57,8 +58,15 @@ class ParseWork:
         return {"model": {"name": self.entry.name, "version": self.entry.version}, "sentences": result}
 
 
-def run_batch(works: list[ParseWork]) -> list[Any]:
-    """One outcome per request, in order: its response (dict or CoNLL-U text) or the exception it gets."""
+def run_batch(works: list[ParseWork] | list[ConstituencyWork]) -> list[Any]:
+    """One outcome per request, in order: its response (dict or CoNLL-U text) or the exception it gets. A batch
+    shares its key, so its works are all of dependency models or all of one constituency model."""
+    if works and isinstance(works[0], ConstituencyWork):
+        return run_works([w for w in works if isinstance(w, ConstituencyWork)])
+    return _run_dependency([w for w in works if isinstance(w, ParseWork)])
+
+
+def _run_dependency(works: list[ParseWork]) -> list[Any]:
     outcomes: list[Any] = [None] * len(works)
     ready: list[tuple[int, list[Sentence]]] = []
     for i, work in enumerate(works):

@@ -9,7 +9,8 @@ Two sources:
   immutable and appear by atomic rename, so a directory that exists is complete.
 
 Loading uses ``engine.pipeline.Pipeline.load`` (parser plus tokenizer/tagger/labeler; JSON manifest +
-``.npy`` arrays with checksums, never pickle).
+``.npy`` arrays with checksums, never pickle); a directory whose manifest says ``formalism: "constituency"``
+is loaded by ``engine.constituency.commands.load`` instead, as a :class:`ConstituencyEntry` (issue 26).
 A model that fails to load is logged and skipped; the registry is ready when the default model is loaded.
 """
 
@@ -18,14 +19,15 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from engine.bp_parser import BPParser
+from engine.constituency import commands as constituency
 from engine.inference.fields import declared
 from engine.inference.settings import resolve
-from engine.model.store import ModelError
+from engine.model.store import ModelError, read_manifest
 from engine.parser import FirstOrderParser
 from engine.pipeline import MAX_TAG_SAMPLES, Pipeline
 from service.settings import MODEL_NAME
@@ -90,6 +92,8 @@ class ModelEntry:
             self._bp_view = BPParser.from_first_order(self.parser)
         return self._bp_view
 
+    formalism = "dependency"
+
     def info(self) -> dict[str, Any]:
         man = self.manifest
         training = man.get("training", {}) or {}
@@ -101,7 +105,7 @@ class ModelEntry:
                                                       "train_file", "train_sentences", "best_epoch")
                          if k in training},
         }
-        return {"name": self.name, "version": self.version, "created": man.get("created"),
+        return {"name": self.name, "version": self.version, "formalism": self.formalism, "created": man.get("created"),
                 "metrics": man.get("metrics"), "settings": settings, "alias_of": self.alias_of,
                 "components": self.pipeline.components, "needs_tags": self.needs_tags,
                 "has_tokenizer": self.has_tokenizer,
@@ -110,6 +114,41 @@ class ModelEntry:
                 "default_tag_average": self.pipeline.default_tag_average,
                 "head_power": self.pipeline.default_head_power,
                 "head_sets": "conformal" in (man.get("inference") or {})}
+
+
+@dataclass
+class ConstituencyEntry:
+    """A constituency model (``formalism: "constituency"``): ``parser`` is what ``engine.constituency.commands.load``
+    gives, with ``parse_with_marginals(words) -> (tree, marginals | None)`` and ``model.grammar``. It has no
+    tokenizer or tagger of its own (``text`` is split by the default model's tokenizer, ``service.constituency``)."""
+
+    name: str
+    version: int
+    path: Path
+    parser: Any
+    manifest: dict[str, Any]
+    alias_of: str | None = None
+    shipped: bool = False
+    formalism = "constituency"
+    needs_tags = False  # the grammar tags the words itself
+    has_tokenizer = False
+
+    def info(self) -> dict[str, Any]:
+        man = self.manifest
+        training = man.get("training", {}) or {}
+        grammar = self.parser.model.grammar
+        settings = {"model": man.get("model"), "labels": grammar.n_labels, "binary_rules": len(grammar.binary),
+                    "unary_rules": len(grammar.unary),
+                    "training": {k: training.get(k) for k in ("sentences", "seconds", "epochs", "factors")
+                                 if k in training}}
+        return {"name": self.name, "version": self.version, "formalism": self.formalism,
+                "created": man.get("created"), "metrics": man.get("metrics"), "settings": settings,
+                "alias_of": self.alias_of, "components": ["parser"], "needs_tags": False, "has_tokenizer": False,
+                "default_inference": "max-recall", "inference_defaults": {}, "default_tag_samples": 0,
+                "default_tag_average": "marginals", "head_power": 1.0, "head_sets": False}
+
+
+AnyEntry = ModelEntry | ConstituencyEntry
 
 
 class UnknownModel(LookupError):
@@ -122,13 +161,17 @@ class ModelRegistry:
         """``max_tag_samples``: the service's cap on tag samples per request, to which model defaults are cut."""
         self.models_dir, self.trained_dir, self.default = Path(models_dir), Path(trained_dir), default
         self.max_tag_samples = max_tag_samples
-        self._models: dict[str, dict[int, ModelEntry]] = {}
+        self._models: dict[str, dict[int, AnyEntry]] = {}
         self._failed: set[Path] = set()
         self._lock = threading.Lock()
 
     # -- loading ---------------------------------------------------------------------------------
-    def _load(self, name: str, version: int, path: Path) -> ModelEntry | None:
+    def _load(self, name: str, version: int, path: Path) -> AnyEntry | None:
         try:
+            if constituency.is_model(path):
+                parser = constituency.load(path)
+                log.info("loaded constituency model %s v%d from %s", name, version, path)
+                return ConstituencyEntry(name, version, path, parser, read_manifest(path))
             pipeline = Pipeline.load(path)
         except (ModelError, OSError, ValueError) as e:
             log.error("model %s (%s) not loaded: %s", name, path, e)
@@ -168,13 +211,11 @@ class ModelRegistry:
                     log.error("alias %s -> %s: target not loaded", alias, target_name)
                     continue
                 src = versions[max(versions)]
-                self._models[alias] = {src.version: ModelEntry(alias, src.version, src.path, src.pipeline,
-                                                               src.manifest, alias_of=target_name, shipped=True,
-                                                               max_tag_samples=self.max_tag_samples)}
+                self._models[alias] = {src.version: replace(src, name=alias, alias_of=target_name, shipped=True)}
 
-    def refresh(self) -> list[ModelEntry]:
+    def refresh(self) -> list[AnyEntry]:
         """Load model versions that training jobs have published since the last call; returns them."""
-        added: list[ModelEntry] = []
+        added: list[AnyEntry] = []
         if not self.trained_dir.is_dir():
             return added
         for name_dir in sorted(self.trained_dir.iterdir()):
@@ -205,7 +246,7 @@ class ModelRegistry:
         with self._lock:
             return {name for name, versions in self._models.items() if any(e.shipped for e in versions.values())}
 
-    def get(self, ref: str | None) -> ModelEntry:
+    def get(self, ref: str | None) -> AnyEntry:
         """``name`` (newest version) or ``name@version``; ``None`` is the default model."""
         ref = ref or self.default
         name, _, version = ref.partition("@")
@@ -228,6 +269,6 @@ class ModelRegistry:
         with self._lock:
             return sorted(self._models)
 
-    def entries(self) -> list[ModelEntry]:
+    def entries(self) -> list[AnyEntry]:
         with self._lock:
             return [e for name in sorted(self._models) for _, e in sorted(self._models[name].items())]

@@ -16,6 +16,7 @@ from engine.features.extract import UPOS_TAGS
 from engine.inference.settings import method_settings
 from engine.pipeline import MAX_TAG_SAMPLES
 from engine.text.layout import BLANK_LINE_MARKS, DEFAULT_BLANK_LINE, IGNORED
+from service.constituency_schemas import ConstituencySentence, SpansSentence
 
 MODEL_REF = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[0-9]{1,9})?$"
 """A model reference: a name, optionally ``@version`` (``my-model@2``); the newest version by default."""
@@ -110,7 +111,11 @@ BEYOND_SCHEMA: dict[str, str] = {
     "model-capability": "the model named (or the default) can do what is asked: text needs a tokenizer, tokens "
                         "or CoNLL-U without UPOS need a tagger, method exact needs a first-order model "
                         "(GET /models: components, default_inference), alpha on /confidence needs the model's "
-                        "conformal thresholds (head_sets) and its calibration (not inference.calibration none)",
+                        "conformal thresholds (head_sets) and its calibration (not inference.calibration none); "
+                        "a constituency model (GET /models: formalism) answers /parse and /marginals only, from "
+                        "tokens or text (text split by the default model's tokenizer) of at most "
+                        "max_words_constituency words per sentence, without tags, xpos, conllu, output conllu, "
+                        "inference options or tag_marginals",
     "one-input": "GET /marginals: exactly one of text or tokens; tags and xpos go with tokens",
     "job-config": "config is a JSON object valid under the JobConfig schema, naming no shipped model (a training "
                   "job), or with kind 'parse' under the ParseJobConfig fields of docs/http-api.md",
@@ -310,7 +315,9 @@ class ParsedSentenceOut(SentenceConfidence):
 
 class ParseResponse(BaseModel):
     model: ModelRef
-    sentences: list[ParsedSentenceOut]
+    sentences: list[ParsedSentenceOut | ConstituencySentence] = Field(description="dependency models: tokens "
+                                                                      "with heads; constituency models: tree "
+                                                                      "and constituents")
 
 
 class MarginalsSentence(BaseModel):
@@ -325,7 +332,8 @@ class MarginalsSentence(BaseModel):
 
 class MarginalsResponse(BaseModel):
     model: ModelRef
-    sentences: list[MarginalsSentence]
+    sentences: list[MarginalsSentence | SpansSentence] = Field(description="dependency models: arc marginals; "
+                                                               "constituency models: span marginals")
 
 
 class ConfidenceToken(BaseModel):
@@ -380,6 +388,8 @@ class TreesResponse(BaseModel):
 class ModelInfo(BaseModel):
     name: str
     version: int
+    formalism: Literal["dependency", "constituency"] = Field("dependency", description="constituency models "
+                                                             "answer /parse and /marginals only")
     created: str | None
     metrics: dict[str, Any] | None
     settings: dict[str, Any]

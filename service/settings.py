@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     max_request_words: int = Field(20000, ge=1, description="words per request, all sentences together (422): "
                                    "about 70 s of parsing with the default model's 16 tag samples")
     max_words_kbest: int = Field(150, ge=1, description="words per sentence for /kbest and /sample (422)")
+    max_words_constituency: int = Field(150, ge=1, description="words per sentence for a constituency model (422): "
+                                        "its chart grows as n^2 labels and its time as n^3 (120 words: about 2 s "
+                                        "and 190 MB with the X-bar PCFG of 20 PTB files, one core)")
     max_k: int = Field(100, ge=1, description="largest k for /kbest")
     max_n: int = Field(1000, ge=1, description="largest n for /sample")
     max_iterations: int = Field(50, ge=1, description="largest number of BP iterations a request may ask for")

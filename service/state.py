@@ -17,7 +17,7 @@ from service.batcher import Batcher
 from service.limits import Admission
 from service.metrics import Metrics
 from service.problems import ProblemError
-from service.registry import ModelEntry, ModelRegistry, UnknownModel
+from service.registry import AnyEntry, ModelRegistry, UnknownModel
 from service.settings import Settings
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ class ServiceState:
     loading_error: str | None = None
     startup_done: bool = field(default=False)
 
-    def model(self, ref: str | None) -> ModelEntry:
+    def model(self, ref: str | None) -> AnyEntry:
         """The model a request names (or the default); 503 while loading, 404 if unknown."""
         if not self.registry.ready:
             raise ProblemError(503, "Not ready", self.loading_error or "models are still loading",

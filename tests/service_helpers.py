@@ -30,6 +30,28 @@ CONLLU = """# sent_id = a
 """
 
 
+CONSTITUENCY_TREEBANK = (
+    "(TOP (S (NP (DT the) (NN dog)) (VP (VBD saw) (NP (DT a) (NN cat)) (PP (IN with) (NP (NN care)))) (. .)))\n"
+    "(TOP (S (NP (DT the) (NN cat)) (VP (VBD saw) (NP (NP (DT a) (NN dog)) (PP (IN with) (NP (DT a) (NN hat)))))))\n"
+    "(TOP (S (VP (VB look) (PP (IN with) (NP (NN care))))))\n"
+    "(TOP (S (NP (NNS dogs)) (VP (VBD ran) (PRN (-LRB- -LRB-) (NP (NN fast)) (-RRB- -RRB-))) (. .)))\n"
+    "(TOP (S (NP (PRP he)) (VP (VBD said) (`` ``) (S (VP (VB look))) ('' '')) (. .)))\n"
+)
+"""A tiny hand-written Penn-Treebank-style treebank for constituency models (never PTB data in tests)."""
+
+
+def train_constituency(out: Path) -> Path:
+    """An X-bar constituency model of ``CONSTITUENCY_TREEBANK`` in ``out`` (e.g. ``<data>/models/<name>/v1``)."""
+    from engine.cli import main
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    source = out.parent / f".{out.name}.mrg"
+    source.write_text(CONSTITUENCY_TREEBANK, encoding="utf-8")
+    assert main(["train", "--formalism", "constituency", "--train", str(source), "--out", str(out)]) == 0
+    source.unlink()
+    return out
+
+
 def settings(tmp: Path, **overrides: object) -> Settings:
     base: dict[str, object] = {"models_dir": MODELS, "data_dir": tmp / "data", "workers": 0,
                                "node": "test/api", "refresh_seconds": 0.2}

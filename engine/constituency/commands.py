@@ -21,16 +21,19 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from engine.constituency.baseline import XbarParser, parse_trees
+from engine.constituency.outputs import parse_answer
 from engine.constituency.treebank import TreebankError, clean_tree, mrg_files, parse_text, read_trees
 from engine.constituency.xbar import XbarPCFG, train_xbar
 from engine.data.conllu_io import atomic_text
 from engine.model.store import ModelError, file_sha256, load_model, read_manifest, save_model
 
-__all__ = ["FORMALISM", "INPUT_FORMATS", "CommandError", "evaluate", "is_model", "parse", "read_sentences", "train"]
+__all__ = ["FORMALISM", "INPUT_FORMATS", "OUTPUT_FORMATS", "CommandError", "evaluate", "is_model", "parse",
+           "read_sentences", "train"]
 
 FORMALISM = "constituency"
 MODEL = "xbar-pcfg"
 INPUT_FORMATS = ("tokens", "ptb")
+OUTPUT_FORMATS = ("ptb", "json")
 
 
 class CommandError(ValueError):
@@ -103,18 +106,25 @@ def read_sentences(text: str, name: str, input_format: str) -> Iterator[list[str
         yield words
 
 
-def _write_trees(parser: XbarParser, sentences: Iterator[list[str]], out: TextIO) -> None:
+def _write_trees(parser: XbarParser, sentences: Iterator[list[str]], out: TextIO, output_format: str = "ptb") -> None:
+    """One line per sentence: its bracketed tree (``ptb``) or its ``outputs.parse_answer`` as JSON (``json``)."""
     for words in sentences:
-        out.write(parser.parse(words).pformat(margin=sys.maxsize) + "\n")
+        if output_format == "json":
+            tree, marginals = parser.parse_with_marginals(words)
+            out.write(json.dumps(parse_answer(tree, marginals, parser.model.grammar), allow_nan=False) + "\n")
+        else:
+            out.write(parser.parse(words).pformat(margin=sys.maxsize) + "\n")
 
 
 def parse(args: argparse.Namespace) -> int:
-    """``parse`` with a constituency model: one bracketed ``(TOP ...)`` tree per input sentence."""
+    """``parse`` with a constituency model: one bracketed ``(TOP ...)`` tree per input sentence, or with
+    ``--output-format json`` one JSON object (``outputs.parse_answer``)."""
     if args.input_format not in INPUT_FORMATS:
         raise CommandError(f"a constituency model reads --input-format {' or '.join(INPUT_FORMATS)}, "
                            f"not {args.input_format}")
     if args.text is not None:
         raise CommandError("--text is raw text: a constituency model reads --input-format tokens or ptb")
+    output_format = getattr(args, "output_format", None) or "ptb"
     parser = load(args.model)
     if args.input:
         with open(args.input, encoding="utf-8") as f:
@@ -124,9 +134,9 @@ def parse(args: argparse.Namespace) -> int:
     sentences = list(read_sentences(text, name, args.input_format))  # every input error before any output
     if args.output:
         with atomic_text(args.output) as out:
-            _write_trees(parser, iter(sentences), out)
+            _write_trees(parser, iter(sentences), out, output_format)
     else:
-        _write_trees(parser, iter(sentences), sys.stdout)
+        _write_trees(parser, iter(sentences), sys.stdout, output_format)
     return 0
 
 

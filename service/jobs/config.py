@@ -75,3 +75,15 @@ JobConfig: type[JobConfigBase] = create_model(  # type: ignore[call-overload]
     "JobConfig", __base__=JobConfigBase, __doc__=JobConfigBase.__doc__,
     **{name: _field(name, spec, getattr(_DEFAULTS, name)) for name, spec in train_options.specs().items()
        if spec.job})
+
+
+class ConstituencyJobConfig(BaseModel):
+    """A training job of a constituency model (issue 26): ``train`` and the optional ``dev`` uploads are Penn
+    Treebank ``.mrg`` files, trained as ``python -m engine train --formalism constituency`` trains them (the
+    engine's own defaults); unknown fields are rejected."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    formalism: Literal["constituency"] = Field(description="a constituency model (the default is dependency)")
+    name: str = Field("custom", pattern=MODEL_NAME.pattern,
+                      description="Model name; the trained model is published as version N of this name.")

@@ -69,12 +69,13 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def is_input_error(error: BaseException) -> bool:
     """A problem with the job's input (treebank or options), explained by its message alone."""
+    from engine.constituency.treebank import TreebankError
     from engine.data.conllu_io import ConlluError
     from engine.model.store import ModelError
     from engine.training.pipeline import TrainOptionsError
     from service.jobs.parse_job import ParseJobError
 
-    return isinstance(error, ConlluError | ModelError | TrainOptionsError | ParseJobError)
+    return isinstance(error, ConlluError | ModelError | TrainOptionsError | ParseJobError | TreebankError)
 
 
 def one_line_error(error: BaseException, job: Job) -> str:
@@ -155,23 +156,33 @@ def _checker(store: JobStore, job: Job, owner: str, parent: int) -> Callable[...
     return check
 
 
+def _reserver(store: JobStore, check: Callable[..., None], name: str, root: Path
+              ) -> tuple[Callable[[], Mapping[str, Any]], dict[str, int]]:
+    """``reserve_version()``, called by the trainer when it saves: the next version of ``name`` (kept in the
+    returned dict under ``"n"``) and the ``name`` and ``version`` the manifest records."""
+    version: dict[str, int] = {}
+
+    def reserve_version() -> Mapping[str, Any]:
+        check(0.98, "saving", force=True)
+        version["n"] = store.allocate_version(name, root)
+        return {"name": name, "version": version["n"]}
+
+    return reserve_version, version
+
+
 def _train(store: JobStore, job: Job, root: Path, tmp: Path, owner: str, parent: int,
            train: TrainFunction | None) -> Path | None:
     from service.jobs.config import JobConfig
 
+    if job.config.get("formalism") == "constituency":
+        return _train_constituency(store, job, root, tmp, owner, parent)
     if train is None:
         from engine.training.pipeline import train_model
 
         train = train_model
     config = JobConfig.model_validate(job.config)
     check = _checker(store, job, owner, parent)
-
-    version: dict[str, int] = {}
-
-    def reserve_version() -> Mapping[str, Any]:
-        check(0.98, "saving", force=True)
-        version["n"] = store.allocate_version(config.name, root)
-        return {"name": config.name, "version": version["n"]}
+    reserve_version, version = _reserver(store, check, config.name, root)
 
     from service.settings import Settings
 
@@ -184,7 +195,6 @@ def _train(store: JobStore, job: Job, root: Path, tmp: Path, owner: str, parent:
                     on_progress=check, extra_manifest=reserve_version)
     if summary.get("interrupted"):
         raise RuntimeError("training was interrupted")
-    model = {"name": config.name, "version": version["n"]}
     metrics = {k: summary.get(k) for k in ("order", "best_epoch", "seconds", "skipped_trees", "dev")}
     if job.dev_path is not None and config.calibrate:
         from engine.cli import calibrate_trained
@@ -192,14 +202,34 @@ def _train(store: JobStore, job: Job, root: Path, tmp: Path, owner: str, parent:
         check(0.99, "calibrating on the dev set", force=True)
         fitted = calibrate_trained(tmp / "model", job.dev_path)
         metrics["calibration"] = {k: fitted[k] for k in ("head_power", "ece_before", "ece_after")}
+    return _publish(store, job, root, tmp, owner, config.name, version["n"], metrics)
+
+
+def _train_constituency(store: JobStore, job: Job, root: Path, tmp: Path, owner: str, parent: int) -> Path | None:
+    """A constituency model's job (``service.jobs.constituency_job``)."""
+    from service.jobs.config import ConstituencyJobConfig
+    from service.jobs.constituency_job import train_constituency
+
+    config = ConstituencyJobConfig.model_validate(job.config)
+    check = _checker(store, job, owner, parent)
+    reserve_version, version = _reserver(store, check, config.name, root)
+    metrics = train_constituency(job, tmp / "model", check, reserve_version)
+    return _publish(store, job, root, tmp, owner, config.name, version["n"], metrics)
+
+
+def _publish(store: JobStore, job: Job, root: Path, tmp: Path, owner: str, name: str, version: int,
+             metrics: dict[str, Any]) -> Path | None:
+    """Rename the trained ``tmp/model`` to ``<root>/<name>/v<version>`` and mark the job succeeded; a job that
+    ended elsewhere meanwhile leaves no model behind."""
+    model = {"name": name, "version": version}
     current = store.get(job.id)
     if current is None or current.status != "running" or current.owner != owner:
         log.warning("job %s ended elsewhere; discarding its model", job.id)
         return None
-    final = root / config.name / f"v{version['n']}"
+    final = root / name / f"v{version}"
     final.parent.mkdir(parents=True, exist_ok=True)
     if final.exists():
-        raise RuntimeError(f"model directory {config.name}/v{version['n']} already exists")
+        raise RuntimeError(f"model directory {name}/v{version} already exists")
     os.rename(tmp / "model", final)
     published = False
     try:

@@ -27,8 +27,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from engine.constituency.treebank import TreebankError, read_trees
 from engine.data.conllu_io import ConlluError, check_parsable, iter_conllu, read_conllu
-from service.jobs.config import JobConfig
+from service.jobs.config import ConstituencyJobConfig, JobConfig
 from service.jobs.layout import INPUT_FILE
 from service.jobs.parse_job import MAX_TEXT_BYTES, ParseJobConfig
 from service.jobs.store import IdempotencyConflict, JobFinished, JobStore
@@ -84,23 +85,26 @@ async def _save(upload: UploadFile, path: Path) -> str:
     return digest.hexdigest()
 
 
+def _bad_upload(title: str, kind: str, field: str, detail: str, line: int | None = None) -> ProblemError:
+    """A 422 for a training upload (``rule: treebank``), with its ``line`` where one is known."""
+    where: dict[str, Any] = {} if line is None else {"line": line}
+    return ProblemError(422, title, detail, kind=kind, field=field, rule="treebank", **where)
+
+
 def _validate_treebank(path: Path, field: str) -> int:
     """Training needs readable CoNLL-U with a HEAD for every word; returns the number of sentences."""
+    bad = "Invalid CoNLL-U", "invalid-conllu", field
     try:
         sents = read_conllu(path, name=field)
     except ConlluError as e:
-        raise ProblemError(422, "Invalid CoNLL-U", f"{field}: line {e.line}: {e.problem}", kind="invalid-conllu",
-                           field=field, rule="treebank", line=e.line) from e
+        raise _bad_upload(*bad, f"{field}: line {e.line}: {e.problem}", e.line) from e
     except UnicodeDecodeError as e:
-        raise ProblemError(422, "Invalid CoNLL-U", f"{field} is not UTF-8 text ({e.reason} at byte {e.start})",
-                           kind="invalid-conllu", field=field, rule="treebank") from e
+        raise _bad_upload(*bad, f"{field} is not UTF-8 text ({e.reason} at byte {e.start})") from e
     if not sents:
-        raise ProblemError(422, "Invalid CoNLL-U", f"{field} holds no sentences", kind="invalid-conllu",
-                           field=field, rule="treebank")
+        raise _bad_upload(*bad, f"{field} holds no sentences")
     for s in sents:
         if s.n == 0:
-            raise ProblemError(422, "Invalid CoNLL-U", f"{field}: line {s.start_line}: sentence has no words",
-                               kind="invalid-conllu", field=field, rule="treebank", line=s.start_line)
+            raise _bad_upload(*bad, f"{field}: line {s.start_line}: sentence has no words", s.start_line)
     return len(sents)
 
 
@@ -154,13 +158,16 @@ JOB_EXAMPLE = {"requestBody": {"content": {"multipart/form-data": {"example": {
     422: {"model": Problem, "description": "bad CoNLL-U (with line), bad config (with field), a missing file"}})
 async def create_job(
     state: State,
-    train: Annotated[UploadFile | None, File(description="training treebank, CoNLL-U (training jobs)")] = None,
+    train: Annotated[UploadFile | None, File(description="training treebank, CoNLL-U (training jobs; .mrg "
+                                             "bracketed trees with config.formalism constituency)")] = None,
     dev: Annotated[UploadFile | None, File(description="development treebank for choosing the epoch")] = None,
     input: Annotated[UploadFile | None, File(description="the file to parse (parse jobs): CoNLL-U or raw text, "
                                              "as config.input_format says")] = None,
     config: Annotated[str | None, Form(description="JSON object. Training (the default kind): name, order, "
-                                       "tree, root, epochs, ...; batch parsing: {\"kind\": \"parse\", "
-                                       "\"model\": ..., \"input_format\": \"conllu\"|\"text\", ...}")] = None,
+                                       "tree, root, epochs, ...; a constituency model: {\"formalism\": "
+                                       "\"constituency\", \"name\": ...} with .mrg train and dev files; batch "
+                                       "parsing: {\"kind\": \"parse\", \"model\": ..., \"input_format\": "
+                                       "\"conllu\"|\"text\", ...}")] = None,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
 ) -> JSONResponse:
     """Queue a training job, or a batch parse job (``config.kind = "parse"`` with an ``input`` file); 202 with
@@ -174,6 +181,13 @@ async def create_job(
     if kind != "train":
         raise ProblemError(422, "Invalid job config", f"config.kind must be 'train' or 'parse', got {kind!r}",
                            kind="invalid-config", field="config.kind", rule="job-config")
+    formalism = data.get("formalism", "dependency")
+    if formalism == "constituency":
+        return await _create_constituency_job(state, store, data, train, dev, idempotency_key)
+    if formalism != "dependency":
+        raise ProblemError(422, "Invalid job config", "config.formalism must be 'dependency' or 'constituency', "
+                           f"got {formalism!r}", kind="invalid-config", field="config.formalism", rule="job-config")
+    data.pop("formalism", None)
     job_config = _parse_config(data, state)
     if train is None or not train.filename:
         raise ProblemError(422, "Missing file", "a training job needs a train file (CoNLL-U)", kind="missing-file",
@@ -194,6 +208,58 @@ async def create_job(
         settings = job_config.model_dump(mode="json")
         request_hash = hashlib.sha256(json.dumps([settings, train_sha, dev_sha], sort_keys=True).encode()).hexdigest()
         job, keep = await _queue(state, store, job_id, settings, train_path, dev_path, idempotency_key, request_hash)
+        return _accepted(job)
+    finally:
+        if not keep:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _validate_trees(path: Path, field: str) -> int:
+    """A constituency training job needs readable bracketed trees (``.mrg``); returns the number of trees."""
+    bad = "Invalid treebank", "invalid-treebank", field
+    try:
+        trees = read_trees([path])
+    except TreebankError as e:
+        raise _bad_upload(*bad, f"{field}: line {e.line}: {e.problem}", e.line) from e
+    except UnicodeDecodeError as e:
+        raise _bad_upload(*bad, f"{field} is not UTF-8 text ({e.reason} at byte {e.start})") from e
+    if not trees:
+        raise _bad_upload(*bad, f"{field} holds no trees")
+    return len(trees)
+
+
+async def _create_constituency_job(state: ServiceState, store: JobStore, data: dict[str, Any],
+                                   train: UploadFile | None, dev: UploadFile | None,
+                                   idempotency_key: str | None) -> JSONResponse:
+    """A training job of a constituency model (``config.formalism = "constituency"``): ``.mrg`` uploads, checked
+    with the engine's treebank reader before the job exists (422 naming the file and line)."""
+    config: ConstituencyJobConfig = _validated(ConstituencyJobConfig, data)
+    if config.name in state.registry.shipped_names():
+        raise ProblemError(422, "Invalid job config", f"{config.name!r} is a shipped model; choose another name",
+                           kind="invalid-config", field="config.name", rule="job-config")
+    if train is None or not train.filename:
+        raise ProblemError(422, "Missing file", "a constituency training job needs a train file (.mrg bracketed "
+                           "trees)", kind="missing-file", field="train", rule="treebank")
+    job_id = uuid.uuid4().hex
+    staging = state.settings.uploads_dir / job_id
+    staging.mkdir(parents=True, exist_ok=True)
+    keep = False
+    try:
+        paths: dict[str, Path | None] = {"train": staging / "train.mrg", "dev": None}
+        digests = {"train": await _save(train, staging / "train.mrg"), "dev": ""}
+        if dev is not None and dev.filename:
+            paths["dev"] = staging / "dev.mrg"
+            digests["dev"] = await _save(dev, staging / "dev.mrg")
+        for field, path in paths.items():
+            if path is not None:
+                await run_in_threadpool(_validate_trees, path, field)
+        settings = config.model_dump(mode="json")
+        request_hash = hashlib.sha256(json.dumps([settings, digests["train"], digests["dev"]],
+                                                 sort_keys=True).encode()).hexdigest()
+        train_path = paths["train"]
+        assert train_path is not None
+        job, keep = await _queue(state, store, job_id, settings, train_path, paths["dev"], idempotency_key,
+                                 request_hash)
         return _accepted(job)
     finally:
         if not keep:
@@ -229,6 +295,10 @@ async def _create_parse_job(state: ServiceState, store: JobStore, data: dict[str
     except UnknownModel as e:
         raise ProblemError(422, "Unknown model", str(e), kind="unknown-model", field="config.model",
                            rule="parse-job") from e
+    if entry.formalism != "dependency":
+        raise ProblemError(422, "Invalid job config", f"model {entry.name!r} is a constituency model: batch parse "
+                           "jobs write CoNLL-U and are for dependency models (send its sentences to /parse)",
+                           kind="constituency-model", field="config.model", rule="parse-job")
     if config.input_format == "text" and not entry.has_tokenizer:
         raise ProblemError(422, "Invalid job config", f"model {entry.name!r} has no tokenizer: give CoNLL-U input",
                            kind="invalid-config", field="config.input_format", rule="parse-job")

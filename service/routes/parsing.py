@@ -19,12 +19,13 @@ from pydantic import ValidationError, WithJsonSchema
 
 from engine.decode.conformal import stored_conformal
 from engine.pipeline import MAX_TAG_SAMPLES
-from service import parsing
+from service import constituency, parsing
 from service.batcher import ShuttingDown, Ticket
+from service.constituency import ConstituencyWork
 from service.inputs import estimated_words
 from service.parse_batch import Builder, ParseWork
 from service.problems import ProblemError
-from service.registry import ModelEntry
+from service.registry import ConstituencyEntry, ModelEntry
 from service.schemas import (
     MAX_QUERY_TEXT_CHARS,
     MODEL_REF,
@@ -57,11 +58,20 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 async def _run(state: ServiceState, request: Request, req: ParseRequest, build: Builder, *,
                max_words: int | None = None, conllu_ok: bool = False,
-               tag_samples_ok: bool = False, morphology: bool = False) -> dict[str, Any] | str:
+               tag_samples_ok: bool = False, morphology: bool = False, route: str = "/parse"
+               ) -> dict[str, Any] | str:
     """Check the request's options, admit it (words in flight), queue it for the batcher and wait for its
-    response within the time budget, or until its client goes away."""
+    response within the time budget, or until its client goes away. A constituency model answers ``/parse`` and
+    ``/marginals`` (``service.constituency``) and refuses the other routes (422)."""
     deadline = time.monotonic() + state.settings.request_timeout_s
     entry = state.model(req.model)
+    if isinstance(entry, ConstituencyEntry):
+        if route not in ("/parse", "/marginals"):
+            raise constituency.refusal(entry, route, "model")
+        constituency.check_request(req, entry)
+        return await _submit(state, request, deadline, constituency.ConstituencyWork(
+            req, entry, route == "/marginals", state.settings, constituency.tokenizer_of(state.registry),
+            state.metrics.words.observe), estimated_words(req))
     if req.inference.tag_samples and not tag_samples_ok:
         raise ProblemError(422, "Invalid input", "inference.tag_samples is available on /parse, /marginals and "
                            "/confidence only (k-best and sampled trees need a single tagging)",
@@ -81,7 +91,12 @@ async def _run(state: ServiceState, request: Request, req: ParseRequest, build: 
         raise ProblemError(422, "Invalid input", "output=conllu is available on /parse only", kind="invalid-input",
                            field="output")
     work = ParseWork(req, entry, build, state.settings, max_words, state.metrics.words.observe, morphology)
-    words = estimated_words(req)
+    return await _submit(state, request, deadline, work, estimated_words(req))
+
+
+async def _submit(state: ServiceState, request: Request, deadline: float, work: ParseWork | ConstituencyWork,
+                  words: int) -> dict[str, Any] | str:
+    """Admit the request's ``words`` (words in flight), queue its work and wait for its outcome."""
     admitted = state.admission.admit(words)
     try:
         ticket = await state.batcher.submit(work.key(), work, words, on_end=admitted.release)
@@ -150,7 +165,8 @@ async def parse(req: ParseRequest, state: State, request: Request) -> Response:
 async def marginals_post(req: MarginalsRequest, state: State, request: Request) -> JSONResponse:
     """Arc marginals: ``marginals[m-1][h]`` is the probability that word m's head is h (h = 0 is ROOT); each
     word's ``upos_prob``, and with ``tag_marginals`` its whole UPOS distribution."""
-    return JSONResponse(await _run(state, request, req, _marginals_builder(req.tag_marginals), tag_samples_ok=True))
+    return JSONResponse(await _run(state, request, req, _marginals_builder(req.tag_marginals), tag_samples_ok=True,
+                                   route="/marginals"))
 
 
 def _marginals_builder(tag_marginals: bool) -> Builder:
@@ -199,7 +215,8 @@ async def marginals_get(
             "tag_marginals": tag_marginals})
     except ValidationError as e:
         raise RequestValidationError([{**err, "loc": ("query", *err["loc"])} for err in e.errors()]) from e
-    return JSONResponse(await _run(state, request, req, _marginals_builder(tag_marginals), tag_samples_ok=True))
+    return JSONResponse(await _run(state, request, req, _marginals_builder(tag_marginals), tag_samples_ok=True,
+                                   route="/marginals"))
 
 
 @router.post("/confidence", response_model=ConfidenceResponse, responses=ERRORS, openapi_extra=BODY_RULES)
@@ -208,9 +225,10 @@ async def confidence(req: ConfidenceRequest, state: State, request: Request) -> 
     inference as ``/parse`` and ``/marginals`` (with the same ``inference.tag_samples`` default), so the heads
     and probabilities are theirs."""
     build: Builder = parsing.confidence_json
-    if req.alpha is not None:
-        build = _with_sets(state.model(req.model), req)
-    return JSONResponse(await _run(state, request, req, build, tag_samples_ok=True))
+    entry = state.model(req.model)
+    if req.alpha is not None and isinstance(entry, ModelEntry):
+        build = _with_sets(entry, req)
+    return JSONResponse(await _run(state, request, req, build, tag_samples_ok=True, route="/confidence"))
 
 
 def _with_sets(entry: ModelEntry, req: ConfidenceRequest) -> Builder:
@@ -237,7 +255,7 @@ async def kbest(req: KBestRequest, state: State, request: Request) -> JSONRespon
         raise ProblemError(422, "Invalid input", f"k is at most {state.settings.max_k}", kind="invalid-input",
                            field="k")
     return JSONResponse(await _run(state, request, req, lambda s, p: parsing.trees_json(s, p, k=req.k),
-                                   max_words=state.settings.max_words_kbest))
+                                   max_words=state.settings.max_words_kbest, route="/kbest"))
 
 
 @router.post("/sample", response_model=TreesResponse, responses=ERRORS, openapi_extra=BODY_RULES)
@@ -247,4 +265,4 @@ async def sample(req: SampleRequest, state: State, request: Request) -> JSONResp
         raise ProblemError(422, "Invalid input", f"n is at most {state.settings.max_n}", kind="invalid-input",
                            field="n")
     return JSONResponse(await _run(state, request, req, lambda s, p: parsing.trees_json(s, p, n=req.n, seed=req.seed),
-                                   max_words=state.settings.max_words_kbest))
+                                   max_words=state.settings.max_words_kbest, route="/sample"))

@@ -25,18 +25,20 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.service_helpers import ServerProcess
+from tests.service_helpers import ServerProcess, train_constituency
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
 MAX_ITERATIONS = 40  # the server's PARSER_MAX_ITERATIONS here (the default is 50)
 TWO_SENTENCES = "My neighbour's dog didn't bark. It slept in the garden."
+CONSTITUENCY = "tiny-ptb"
 DEADLINE = 180.0  # seconds for one parse on a loaded 2-core machine (it takes well under one alone)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, httpx.Client]]:
     data = tmp_path_factory.mktemp("page") / "data"
+    train_constituency(data / "models" / CONSTITUENCY / "v1")  # a constituency model beside the shipped ones
     proc = ServerProcess(data, workers=0, env={"PARSER_MAX_ITERATIONS": str(MAX_ITERATIONS)})
     try:
         proc.wait_ready(timeout=300)
@@ -150,7 +152,8 @@ def _submit(driver: Any, text: str, *, tags: str = "", model: str | None = None,
 
     if model is not None:
         Select(driver.find_element(By.ID, "model")).select_by_value(model)
-    Select(driver.find_element(By.ID, "method")).select_by_value(method)
+    if driver.find_element(By.ID, "method").is_enabled():  # off for a constituency model
+        Select(driver.find_element(By.ID, "method")).select_by_value(method)
     for field, value in (("sentence", text), ("tags", tags), ("iterations", iterations)):
         box = driver.find_element(By.ID, field)
         if box.is_enabled():
@@ -267,3 +270,44 @@ def test_page_long_sentence_scrolls_inside_its_panels(page: Any) -> None:
     assert widths["page"][0] <= widths["page"][1], widths
     assert all(scroll <= client for _, scroll, client in widths["cards"]), widths
     assert any(scroll > client for scroll, client in widths["tree"]), widths  # wider than its panel: scrolls
+
+
+def test_page_has_the_constituency_code_path(server: tuple[ServerProcess, httpx.Client]) -> None:
+    """The page served draws a constituency model's tree and span marginals (``formalism`` of GET /models)."""
+    html = server[1].get("/").text
+    for code in ('entry().formalism === "constituency"', "function drawConstituency(", "function drawSpans(",
+                 "drawConstituencyResults(parsed, marg"):
+        assert code in html
+
+
+def test_page_draws_a_constituency_tree_with_its_posteriors(page: Any,
+                                                            server: tuple[ServerProcess, httpx.Client]) -> None:
+    """A constituency model chosen: /parse and /marginals only; every node of the tree drawn carries the posterior
+    /parse gives its labelled span (none for the root and a chain's inner node); the span table shows /marginals'
+    spans; the confidence panel says it is for dependency models; the inference choice is off."""
+    from selenium.webdriver.common.by import By
+
+    text = "the dog saw a cat with a hat ."
+    assert _submit(page, text, model=CONSTITUENCY) == "ok"
+    (parsed,) = server[1].post("/parse", json={"model": CONSTITUENCY, "text": text}).json()["sentences"]
+    (spans,) = server[1].post("/marginals", json={"model": CONSTITUENCY, "text": text}).json()["sentences"]
+    nodes = page.execute_script("""return [...document.querySelectorAll('#tree-wrap svg.ctree g.node')].map((g) =>
+        [g.dataset.label, Number(g.dataset.start), Number(g.dataset.end), g.dataset.p]);""")
+    want = {(c["label"], c["start"], c["end"]): c["prob"] for c in parsed["constituents"] + parsed["tags"]}
+    assert len(nodes) == len(want) + 1  # and TOP
+    for label, start, end, p in nodes:
+        if label == "TOP":
+            assert (start, end, p) == (0, len(parsed["words"]), "")
+        else:
+            assert float(p) == pytest.approx(want[label, start, end], abs=1e-12)
+    cells = page.execute_script("""return [...document.querySelectorAll('#heat td[data-start]')].map((td) =>
+        [Number(td.dataset.start), Number(td.dataset.end), Number(td.dataset.p)]);""")
+    n = len(spans["words"])
+    assert len(cells) == n * (n + 1) // 2
+    assert all(p == pytest.approx(spans["spans"][i][j], abs=1e-12) for i, j, p in cells)
+    assert page.find_element(By.ID, "tree-h").text == "Constituency tree"
+    assert "for dependency models" in page.find_element(By.ID, "conf").text
+    assert not page.find_element(By.ID, "method").is_enabled()
+    assert _submit(page, "Dogs bark.", model="en_ewt") == "ok"  # back to a dependency model: its views again
+    assert page.find_element(By.ID, "tree-h").text == "Dependency tree"
+    assert page.find_elements(By.CSS_SELECTOR, "#tree-wrap g.arc")
