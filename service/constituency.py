@@ -4,7 +4,7 @@
 A request to a constituency model gives ``tokens`` (words spelled as in the Penn Treebank) or ``text``. Text is
 split into sentences and words by the tokenizer of the service's default model (``engine.text.tokenizer``, learned
 from UD English EWT, whose words are close to the treebank's: ``n't`` and punctuation are words of their own), and
-both inputs are mapped to the treebank's spelling where it is plain (:data:`PTB_WORDS`, :func:`ptb_words`). The
+both inputs are mapped to the treebank's spelling where it is plain (``engine.constituency.spelling.ptb_words``). The
 limits are those of dependency models (``max_sentences`` and ``max_request_words`` per request), but for the words
 per sentence, ``max_words_constituency`` (the chart grows as n^2 labels, the time as n^3). Everything only a
 dependency model has (``tags``, ``xpos``, ``conllu``, ``output: conllu``, the ``inference`` options,
@@ -18,12 +18,12 @@ Requests go through admission control and the batcher as dependency ones do (``s
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
 from engine.constituency.outputs import parse_answer, span_answer
+from engine.constituency.spelling import ptb_words
 from service.inputs import check_request_words, check_tokens, from_text
 from service.problems import ProblemError
 from service.registry import AnyEntry, ConstituencyEntry, ModelEntry, ModelRegistry
@@ -31,37 +31,6 @@ from service.schemas import MarginalsRequest, ParseRequest
 from service.settings import Settings
 
 log = logging.getLogger("service.constituency")
-
-PTB_WORDS = {"(": "-LRB-", ")": "-RRB-", "[": "-LSB-", "]": "-RSB-", "{": "-LCB-", "}": "-RCB-",
-             "\u201c": "``", "\u201d": "''", "\u2018": "`", "\u2019": "'", "\u00ab": "``", "\u00bb": "''",
-             "\u2026": "...", "\u2013": "--", "\u2014": "--"}
-"""Whole words respelled as the Penn Treebank spells them (brackets, typographic quotes, ellipsis, dashes)."""
-_IN_WORD = {"(": "-LRB-", ")": "-RRB-", "\u2019": "'"}
-"""Characters respelled inside a word too (``don\u2019t``'s ``n\u2019t``; a round bracket would break the
-bracketed tree)."""
-_SPACE = re.compile(r"\s+")
-_END_BACKSLASH = re.compile(r"\\+$")
-r"""Backslashes ending a word: in the bracketed tree they would escape its closing bracket (``nltk`` reads ``\)``
-as a bracket inside a word)."""
-
-
-def ptb_words(words: list[str]) -> list[str]:
-    """``words`` in the treebank's spelling: :data:`PTB_WORDS` for a whole word, :data:`_IN_WORD` inside one,
-    ``"`` as an opening ````` `` or closing ``''`` quote in turn (the first of a sentence opens), whitespace inside
-    a word as ``_``, backslashes that end a word as ``-BSL-``. Words already spelled as in the treebank are left
-    as they are."""
-    out, quote_open = [], False
-    for word in words:
-        if word == '"':
-            out.append("''" if quote_open else "``")
-            quote_open = not quote_open
-            continue
-        word = PTB_WORDS.get(word, word)
-        for char, spelled in _IN_WORD.items():
-            word = word.replace(char, spelled)
-        out.append(_END_BACKSLASH.sub(lambda m: "-BSL-" * len(m.group()), _SPACE.sub("_", word)))
-    return out
-
 
 def refusal(entry: ConstituencyEntry, what: str, field: str) -> ProblemError:
     """A 422 for something only dependency models do."""

@@ -20,7 +20,7 @@ from service_helpers import CONSTITUENCY_TREEBANK, running_app, train_constituen
 
 from engine.constituency.commands import load
 from engine.constituency.outputs import parse_answer, span_answer
-from service.constituency import ptb_words
+from engine.constituency.spelling import ptb_words
 
 TREEBANK = CONSTITUENCY_TREEBANK
 KEY = "constituency-key"
@@ -79,17 +79,6 @@ def test_text_is_tokenized_and_spelled_as_the_treebank(client: TestClient) -> No
     assert [s["words"] for s in out] == [["He", "said", "``", "look", "''", "-LRB-", "fast", "-RRB-", "."],
                                          ["The", "dog", "ran", "."]]
     assert all(s["tree"].startswith("(TOP ") for s in out)
-
-
-def test_ptb_words() -> None:
-    assert ptb_words(['"', "a", "(", "b", ")", '"', "[", "]", "{", "}", '"']) == [
-        "``", "a", "-LRB-", "b", "-RRB-", "''", "-LSB-", "-RSB-", "-LCB-", "-RCB-", "``"]
-    assert ptb_words(["\u201cHi\u201d", "\u201c", "\u201d", "\u2018", "\u2019", "n\u2019t", "\u2026", "\u2014",
-                      "\u2013", "New York", "f(x)"]) == [
-        "\u201cHi\u201d", "``", "''", "`", "'", "n't", "...", "--", "--", "New_York", "f-LRB-x-RRB-"]
-    treebank = ["``", "-LRB-", "n't", "''", "--", "...", "$", "3.5", "1\\/2"]
-    assert ptb_words(treebank) == treebank
-    assert ptb_words(["C:\\", "a\\\\"]) == ["C:-BSL-", "a-BSL--BSL-"]
 
 
 def test_any_words_give_a_tree_that_reads_back(model_dir: Path) -> None:
