@@ -56,10 +56,11 @@ def full_mask(grammar: Grammar, n: int) -> SpanMask:
     phrase[grammar.top] = False
     others = np.ones(size, dtype=bool)
     others[grammar.top] = False
-    for i in range(n):
-        for j in range(i + 1, n + 1):
-            bot[i, j] = grammar.is_tag if j == i + 1 else phrase
-            top[i, j] = others
+    i, j = np.triu_indices(n + 1, 1)
+    word = j == i + 1
+    bot[i[word], j[word]] = grammar.is_tag
+    bot[i[~word], j[~word]] = phrase
+    top[i, j] = others
     top[0, n] = False
     top[0, n, grammar.top] = True
     return SpanMask(bot, top)

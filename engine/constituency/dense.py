@@ -5,7 +5,8 @@ The unpruned item list of a 40-word sentence has about 16M binary items (10,660 
 list (``anchored.build_items``: seven int64 arrays of 16M). This pass never lists them: for the cells of one span
 length it sums the products of the children's top charts over every split point with one batched matrix product,
 ``(cells, L, splits) @ (cells, splits, L) -> (cells, L, L)``, reads the rules' ``(B, C)`` entries, weights them and
-scatters them onto their parents with an ``(R, L)`` 0/1 matrix; unary rules are one ``(L, L)`` matrix. The outside
+scatters them onto their parents (``np.bincount``: a product with an ``(R, L)`` 0/1 matrix cost as many flops as
+the rest of the pass); unary rules are one ``(L, L)`` matrix. The outside
 pass scatters the parents' outside weights into ``(cells, L, L)`` and multiplies back the same way. Cost O(n^3 L^2
 / 6) flops in BLAS (single-threaded BLAS is much faster on a loaded machine: ``docs/constituency.md``) plus ``4n``
 vectorised steps.
@@ -55,7 +56,7 @@ class _Dense:
         self.n, self.size, self.root = n, size, grammar.top
         a, self.b, self.c = grammar.binary.T
         self.w = np.exp(factor.log_w[:, 0, 0, 0])
-        self.parent = _onehot(a, size)
+        self.a = a
         self.unary = np.zeros((size, size))  # [bot, top]
         np.add.at(self.unary, (grammar.unary[:, 1], grammar.unary[:, 0]), np.exp(factor.log_u[:, 0, 0]))
         self.unary[:, grammar.top] = 0.0  # TOP only at the root
@@ -92,7 +93,7 @@ class _Dense:
                 left = self.top[i, k] * weight[:, :, None]  # (cells, splits, L)
                 pairs = np.matmul(left.transpose(0, 2, 1), self.top[k, j])  # (cells, L, L): sum over splits
                 rules = pairs[:, self.b, self.c] * self.w
-                self._store(self.bot, self.sb, length, rules @ self.parent, ref)
+                self._store(self.bot, self.sb, length, _scatter_labels(rules, a_of=self.a, size=self.size), ref)
             cells = np.arange(self.n - length + 1)
             bot = self.bot[cells, cells + length]
             if length == self.n:
@@ -118,7 +119,7 @@ class _Dense:
                 continue
             i, k, j = self._splits(length)
             e = _exp_gap(self.st[i, k], self.st[k, j], -self.sb[i, j])  # (cells, splits)
-            g = (ob[cells, jj] @ self.parent.T) * self.w  # (cells, R)
+            g = ob[cells, jj][:, self.a] * self.w  # (cells, R)
             size2 = self.size * self.size
             flat = (cells[:, None] * size2 + (self.b * self.size + self.c)[None, :]).ravel()
             pairs = np.bincount(flat, g.ravel(), len(cells) * size2).reshape(len(cells), self.size, self.size)
@@ -126,11 +127,11 @@ class _Dense:
             ot[k, j] += np.matmul(self.top[i, k] * e[:, :, None], pairs)
         return DenseMarginals(log_z, ob * self.bot, ot * self.top)
 
-def _onehot(labels: np.ndarray, size: int) -> FloatArray:
-    """``(len(labels), size)`` 0/1 matrix: row ``r`` has its 1 at ``labels[r]``."""
-    out = np.zeros((len(labels), size))
-    out[np.arange(len(labels)), labels] = 1.0
-    return out
+def _scatter_labels(values: FloatArray, a_of: np.ndarray, size: int) -> FloatArray:
+    """``out[c, A] = sum of values[c, r]`` over the rules ``r`` with ``a_of[r] = A`` (``values (cells, R)``)."""
+    cells = len(values)
+    flat = (np.arange(cells)[:, None] * size + a_of[None, :]).ravel()
+    return np.asarray(np.bincount(flat, values.ravel(), cells * size), dtype=np.float64).reshape(cells, size)
 
 
 def _finite_max(x: FloatArray) -> FloatArray:
