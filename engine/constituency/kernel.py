@@ -7,10 +7,12 @@ length (``docs/constituency.md``, speed table), which a loop over the items does
 
 **Scaling** (per cell and label, as the numpy pass). Inside: each labelled cell's ``K`` substates are stored with
 the largest 1 and a log scale ``s[i, j, A]``. While the items of one span length arrive, ``s`` holds the running
-maximum of the items' log magnitudes ``c + log max_x y`` (``c`` = item score + the rule's largest log weight +
-the children's scales, ``y`` = the scaled substate sums); an item above the running maximum first rescales what
-the cell holds by ``exp(old - new)`` (the streaming log-sum-exp), so no sum under- or overflows whatever the
-spread of the items' scores (``test_scaled_pass_survives_extreme_scores``). Once the length is done each labelled
+maximum of the items' log magnitudes ``c`` (item score + the rule's largest log weight + the children's scales;
+the scaled substate sums ``y`` multiplying ``exp(c)`` are at most ``K^2``, each factor being at most 1); an item
+above the running maximum first rescales what the cell holds by ``exp(old - new)`` (the streaming log-sum-exp),
+so no sum under- or overflows whatever the spread of the items' scores
+(``test_scaled_pass_survives_extreme_scores``). The numpy pass also folds ``log max y`` into the magnitude; one
+``log`` per item less here, and the two agree to 1e-13 on PTB sentences. Once the length is done each labelled
 cell is renormalised to a largest substate of 1. Outside values are stored as ``o = alpha * exp(s - log Z)``; a
 parent-to-child contribution carries ``exp(phi + max_r + s_children - s_parent)``, clipped at ``exp(700)``.
 
@@ -31,25 +33,19 @@ __all__ = ["cell_marginals", "inside_pass", "live_binary", "outside_pass"]
 _CLIP = 700.0  # largest exponent taken (exp(709) overflows)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _add_scaled(chart: np.ndarray, scale: np.ndarray, i: int, j: int, a: int, y: np.ndarray, c: float) -> None:
-    """Add ``exp(c) * y`` to the labelled cell ``(i, j, a)`` held as ``chart * exp(scale)`` (streaming maximum)."""
+    """Add ``exp(c) * y`` to the labelled cell ``(i, j, a)`` held as ``chart * exp(scale)``: ``scale`` is the
+    running maximum of the items' ``c``, what the cell holds is shrunk by ``exp(old - new)`` when it rises."""
     k = y.shape[0]
-    top = 0.0
-    for x in range(k):
-        if y[x] > top:
-            top = y[x]
-    if top <= 0.0:
-        return
-    m = c + np.log(top)
     ref = scale[i, j, a]
-    if m > ref:
-        shrink = np.exp(ref - m) if ref > -np.inf else 0.0
+    if c > ref:
+        shrink = np.exp(ref - c) if ref > -np.inf else 0.0
         for x in range(k):
             chart[i, j, a, x] *= shrink
-        scale[i, j, a] = m
-        ref = m
-    w = np.exp(m - ref) / top
+        scale[i, j, a] = c
+        ref = c
+    w = np.exp(c - ref)
     for x in range(k):
         chart[i, j, a, x] += y[x] * w
 
@@ -87,16 +83,17 @@ def _inside_binary(start: int, stop: int, bi: np.ndarray, bk: np.ndarray, bj: np
         c = phi[b] + wmax[r] + st[i, m, bb[b]] + st[m, j, bc[b]]
         if not np.isfinite(c):
             continue
-        left, right = top[i, m, bb[b]], top[m, j, bc[b]]
+        lb, rc = bb[b], bc[b]
         for x in range(k):
             total = 0.0
             for p in range(k):
-                if left[p] == 0.0:
+                lv = top[i, m, lb, p]
+                if lv == 0.0:
                     continue
                 inner = 0.0
                 for q in range(k):
-                    inner += wn[r, x, p, q] * right[q]
-                total += left[p] * inner
+                    inner += wn[r, x, p, q] * top[m, j, rc, q]
+                total += lv * inner
             y[x] = total
         _add_scaled(bot, sb, i, j, ba[b], y, c)
 
@@ -188,7 +185,7 @@ def _outside_binary(start: int, stop: int, bi: np.ndarray, bk: np.ndarray, bj: n
         if not np.isfinite(e):
             continue
         scale = np.exp(min(e, _CLIP))
-        left, right = top[i, m, bb[b]], top[m, j, bc[b]]
+        lb, rc = bb[b], bc[b]
         g[:] = 0.0
         total = 0.0
         for x in range(k):
@@ -196,17 +193,20 @@ def _outside_binary(start: int, stop: int, bi: np.ndarray, bk: np.ndarray, bj: n
             if parent == 0.0:
                 continue
             for p in range(k):
+                lv = top[i, m, lb, p]
                 for q in range(k):
                     w = parent * wn[r, x, p, q]
                     g[p, q] += w
-                    refined = w * left[p] * right[q]
+                    refined = w * lv * top[m, j, rc, q]
                     w_counts[r, x, p, q] += refined
                     total += refined
         mu_b[b] = total
+        if total == 0.0 and g.max() == 0.0:
+            continue
         for p in range(k):
             for q in range(k):
-                ot[i, m, bb[b], p] += g[p, q] * right[q]
-                ot[m, j, bc[b], q] += g[p, q] * left[p]
+                ot[i, m, lb, p] += g[p, q] * top[m, j, rc, q]
+                ot[m, j, rc, q] += g[p, q] * top[i, m, lb, p]
 
 
 @njit(cache=True, nogil=True)
