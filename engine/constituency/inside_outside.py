@@ -263,14 +263,14 @@ class _Compiled:
         ob, ot = np.zeros(self.shape), np.zeros(self.shape)
         w_counts, u_counts = np.zeros_like(self.wn), np.zeros_like(self.un)
         mu_b, mu_u = np.zeros(it.n_binary), np.zeros(it.n_unary)
+        mu_bot, mu_top = np.zeros(self.shape[:3]), np.zeros(self.shape[:3])
         kernel.outside_pass(n, it.root, self.bins, self.starts[0], self.uns, self.starts[1], self.phi[0],
                             self.phi[1], self.wn, self.wmax, self.un, self.umax, self.bot, self.sb, self.top, self.st,
-                            ob, ot, w_counts, u_counts, mu_b, mu_u)
+                            ob, ot, w_counts, u_counts, mu_b, mu_u, mu_bot, mu_top)
         tags = ob[it.tag_i, it.tag_i + 1, it.tag_t] * self.bot[it.tag_i, it.tag_i + 1, it.tag_t]
         e_counts = np.zeros((n, it.n_labels, self.shape[3]))
         e_counts[it.tag_i, it.tag_t] = tags
-        return FactorMarginals(self.log_z, w_counts, u_counts, e_counts, mu_b, mu_u, tags.sum(axis=1),
-                               kernel.cell_marginals(ob, self.bot), kernel.cell_marginals(ot, self.top))
+        return FactorMarginals(self.log_z, w_counts, u_counts, e_counts, mu_b, mu_u, tags.sum(axis=1), mu_bot, mu_top)
 
 
 def inside_outside(items: AnchoredItems, factor: Factor, scores: AnchoredScores) -> FactorMarginals:

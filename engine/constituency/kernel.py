@@ -28,7 +28,7 @@ from numba import njit  # type: ignore[import-untyped]
 
 Ints = tuple[np.ndarray, ...]  # item index arrays, one per field
 
-__all__ = ["cell_marginals", "inside_pass", "live_binary", "outside_pass"]
+__all__ = ["inside_pass", "live_binary", "outside_pass"]
 
 _CLIP = 700.0  # largest exponent taken (exp(709) overflows)
 
@@ -214,13 +214,17 @@ def outside_pass(n: int, root: int, bin_idx: Ints, bin_start: np.ndarray, un_idx
                  un_start: np.ndarray, phi_b: np.ndarray, phi_u: np.ndarray, wn: np.ndarray, wmax: np.ndarray,
                  un: np.ndarray, umax: np.ndarray, bot: np.ndarray, sb: np.ndarray, top: np.ndarray,
                  st: np.ndarray, ob: np.ndarray, ot: np.ndarray, w_counts: np.ndarray, u_counts: np.ndarray,
-                 mu_b: np.ndarray, mu_u: np.ndarray) -> None:
+                 mu_b: np.ndarray, mu_u: np.ndarray, mu_bot: np.ndarray, mu_top: np.ndarray) -> None:
     """Fill the scaled outside charts ``ob``, ``ot`` (zero on entry) from the root down, adding the refined
-    counts into ``w_counts``, ``u_counts`` (zero on entry) and writing the item marginals ``mu_b``, ``mu_u``."""
+    counts into ``w_counts``, ``u_counts`` (zero on entry) and writing the item marginals ``mu_b``, ``mu_u`` and
+    the labelled cells' ``mu_bot``, ``mu_top`` (zero on entry; each span length's once its outside values are
+    complete, while they are in cache)."""
     ot[0, n, root, 0] = 1.0 / top[0, n, root, 0]
     for length in range(n, 0, -1):
         _outside_unary(un_start[length], un_start[length + 1], un_idx[0], un_idx[1], un_idx[2], un_idx[3],
                        un_idx[4], phi_u, un, umax, bot, sb, st, ob, ot, u_counts, mu_u)
+        _cell_marginals(ot, top, st, mu_top, n, length)
+        _cell_marginals(ob, bot, sb, mu_bot, n, length)
         if length > 1:
             _outside_binary(bin_start[length], bin_start[length + 1], bin_idx[0], bin_idx[1], bin_idx[2],
                             bin_idx[3], bin_idx[4], bin_idx[5], bin_idx[6], phi_b, wn, wmax, top, st, sb, ob, ot,
@@ -228,18 +232,20 @@ def outside_pass(n: int, root: int, bin_idx: Ints, bin_start: np.ndarray, un_idx
 
 
 @njit(cache=True, nogil=True)
-def cell_marginals(outside: np.ndarray, inside: np.ndarray) -> np.ndarray:
-    """``mu[i, j, A] = sum_x outside[i, j, A, x] * inside[i, j, A, x]`` over the cells ``i < j`` (0 elsewhere)."""
-    n1, size, k = inside.shape[0], inside.shape[2], inside.shape[3]
-    mu = np.zeros((n1, n1, size))
-    for i in range(n1):
-        for j in range(i + 1, n1):
-            for a in range(size):
-                total = 0.0
-                for x in range(k):
-                    total += outside[i, j, a, x] * inside[i, j, a, x]
-                mu[i, j, a] = total
-    return mu
+def _cell_marginals(outside: np.ndarray, inside: np.ndarray, scale: np.ndarray, mu: np.ndarray, n: int,
+                    length: int) -> None:
+    """``mu[i, j, A] = sum_x outside[i, j, A, x] * inside[i, j, A, x]`` over the cells of one span length, the
+    labelled cells with inside mass only (``scale`` finite; ``mu`` stays 0 elsewhere)."""
+    size, k = inside.shape[2], inside.shape[3]
+    for i in range(n - length + 1):
+        j = i + length
+        for a in range(size):
+            if scale[i, j, a] == -np.inf:
+                continue
+            total = 0.0
+            for x in range(k):
+                total += outside[i, j, a, x] * inside[i, j, a, x]
+            mu[i, j, a] = total
 
 
 @njit(cache=True, nogil=True)
