@@ -21,7 +21,7 @@ Two implementations of the same recurrences and scaling, both tested equal to th
 log-space oracle (:mod:`engine.constituency.reference`) at 1e-10:
 
 - :func:`inside_outside` / :func:`log_partition`: the compiled kernel (:mod:`engine.constituency.kernel`), one
-  item at a time; what EP and the trainer call. About 7 times faster than the numpy pass on pruned PTB dev
+  item at a time; what EP and the trainer call. About 10 times faster (CPU) than the numpy pass on pruned PTB dev
   sentences (``docs/constituency.md``, speed table).
 - :func:`inside_outside_numpy` / :func:`log_partition_numpy`: **vectorised** over all items of one span length
   (gathers, an ``einsum`` over the substates, ``np.bincount`` to scatter into cells), so the Python loop runs
