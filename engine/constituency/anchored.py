@@ -215,7 +215,5 @@ class AnchoredScores:
 
 def _divide(a: FloatArray, b: FloatArray) -> FloatArray:
     """``a - b`` in log space, ``-inf`` where either is ``-inf`` (a dead divisor keeps the item dead)."""
-    out = np.full(a.shape, -np.inf)
-    live = np.isfinite(b) & (a > -np.inf)
-    out[live] = a[live] - b[live]
-    return out
+    with np.errstate(invalid="ignore"):  # inf - inf where dead: masked
+        return np.where(np.isfinite(b) & (a > -np.inf), a - b, -np.inf)
