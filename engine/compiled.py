@@ -5,8 +5,9 @@ cached on disk (``cache=True``: beside the sources, or under ``NUMBA_CACHE_DIR``
 ``warm_up`` makes those first calls on tiny inputs of every type the parsers use, so that a service answers
 its first request at full speed and a container image can carry the compiled code (the Dockerfile runs it
 at build time). Kernels: ``engine.scoring.fused`` (arc potentials straight from the tokens, one per weight
-table type), ``engine.features.second_order`` (hashing of higher-order features) and ``engine.graph.tags``
-(TAGLINK and CHAIN messages of joint tagging and parsing).
+table type), ``engine.features.second_order`` (hashing of higher-order features), ``engine.graph.tags``
+(TAGLINK and CHAIN messages of joint tagging and parsing) and ``engine.constituency.kernel`` (inside-outside over
+anchored items, the live binary items of a pruning mask).
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ import time
 
 import numpy as np
 
+from engine.constituency.anchored import AnchoredScores, build_items, full_mask
+from engine.constituency.factor import make_factor, substates
+from engine.constituency.grammar import Grammar
+from engine.constituency.inside_outside import inside_outside
 from engine.features.extract import FeatureExtractor
 from engine.features.second_order import default_second_order, extract_triples
 from engine.features.templates import ArcTemplate
@@ -25,6 +30,16 @@ from engine.scoring.fused import ArcScorer
 class _Tokens:
     def __init__(self) -> None:
         self.forms, self.upos, self.xpos = ["A", "dog", "barks"], ["DET", "NOUN", "VERB"], ["DT", "NN", "VBZ"]
+
+
+def _constituency() -> None:
+    """One inside-outside pass over the items of a two-word sentence of a three-label grammar."""
+    grammar = Grammar(("TOP", "S", "a"), np.array([[1, 2, 2]]), np.array([[0, 1], [1, 1], [2, 2], [1, 2]]),
+                      ((),) * 4, np.array([False, False, True]), top=0)
+    items = build_items(grammar, full_mask(grammar, 2))
+    factor = make_factor(grammar, np.zeros((1, 2, 2, 2)), np.zeros((4, 2, 2)), np.zeros((2, 3, 2)),
+                         substates(grammar, 2))
+    inside_outside(items, factor, AnchoredScores.zeros(items))
 
 
 def warm_up() -> float:
@@ -47,6 +62,7 @@ def warm_up() -> float:
     TagLink(2, np.array([0, 1]), np.array([1, 2]), np.zeros((2, 2, 2)), allowed).propagate(
         np.zeros(2), np.zeros((2, 2)), np.zeros((2, 2)))
     TagChain(np.zeros((1, 2, 2)), np.zeros(2), np.zeros(2), allowed).propagate(np.zeros((2, 2)))
+    _constituency()
     return time.perf_counter() - start
 
 

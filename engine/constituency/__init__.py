@@ -8,8 +8,11 @@ The second formalism of the engine (issue 26). Layout, bottom to top:
   inverse, EVALB scoring (COLLINS.prm).
 - ``anchored``, ``factor``, ``inside_outside``, ``reference``, ``projection``, ``ep``: the anchored items of a
   sentence and anchored grammars over them, factors (and their exact Kronecker product), inside-outside over
-  anchored items (scaled; ``reference`` is the log-space oracle), projection onto anchored PCFGs, EP and ADF.
-- ``xbar``, ``dense``, ``pruning``, ``decode``, ``viterbi``, ``baseline``: the generative X-bar PCFG, its dense
-  one-substate inside-outside over the unpruned chart, coarse pruning by its posteriors, Max-Recall and Viterbi
-  decoding, the baseline parser end to end; ``commands``: the constituency side of ``python -m engine``.
+  anchored items (scaled; compiled in ``kernel``, vectorised numpy beside it; ``reference`` is the log-space
+  oracle), projection onto anchored PCFGs, EP and ADF.
+- ``xbar``, ``dense``, ``pruning``, ``decode``, ``viterbi``, ``item_viterbi``, ``oracle``, ``decode_product``,
+  ``baseline``: the generative X-bar PCFG, its dense one-substate inside-outside over the unpruned chart, coarse
+  pruning by its posteriors, Max-Recall and Viterbi decoding, max-plus Viterbi over anchored items with any item
+  scores (the pruned forest's oracle tree, Petrov's product decoding of several factors), the baseline parser
+  end to end; ``commands``: the constituency side of ``python -m engine``.
 """

@@ -3,12 +3,14 @@
 
 The unpruned item list of a 40-word sentence has about 16M binary items (10,660 splits x 1,536 rules), too many to
 list (``anchored.build_items``: seven int64 arrays of 16M). This pass never lists them: for the cells of one span
-length it sums the products of the children's top charts over every split point with one batched matrix product,
-``(cells, L, splits) @ (cells, splits, L) -> (cells, L, L)``, reads the rules' ``(B, C)`` entries, weights them and
-scatters them onto their parents with an ``(R, L)`` 0/1 matrix; unary rules are one ``(L, L)`` matrix. The outside
-pass scatters the parents' outside weights into ``(cells, L, L)`` and multiplies back the same way. Cost O(n^3 L^2
-/ 6) flops in BLAS (single-threaded BLAS is much faster on a loaded machine: ``docs/constituency.md``) plus ``4n``
-vectorised steps.
+length it sums the products of the children's top charts over the split points, reads the rules' ``(B, C)``
+entries, weights them and scatters them onto their parents (``np.bincount``); unary rules are one ``(L, L)``
+matrix. The split points whose children both span two words or more take one batched matrix product over the
+labels that can top such a span (``(cells, P, splits) @ (cells, splits, P)``, ``P`` = 46 of the PTB grammar's 92
+labels: the charts keep those labels in the first ``P`` columns); the two edge splits (a one-word child, any
+label) are read rule by rule. The outside pass scatters the parents' outside weights into ``(cells, L, L)`` and
+multiplies back the same way. Cost O(n^3 P^2 / 6) flops in BLAS (single-threaded BLAS is much faster on a loaded
+machine: ``docs/constituency.md``) plus about ``8n`` vectorised steps.
 
 It computes what ``inside_outside.inside_outside`` computes over ``build_items(grammar, full_mask(grammar, n))``
 with a one-substate factor and a zero anchored grammar (TOP only in the root cell's top layer, tags only in
@@ -52,21 +54,31 @@ class _Dense:
         if factor.k != 1:
             raise ValueError(f"the dense pass takes one-substate factors, got K = {factor.k}")
         n, size = factor.log_e.shape[0], grammar.n_labels
-        self.n, self.size, self.root = n, size, grammar.top
-        a, self.b, self.c = grammar.binary.T
+        # the labels that can top a span of two words or more (a unary's top over a binary rule's parent, not
+        # TOP) come first: the charts hold label ``order[x]`` in column ``x`` (``inv`` is the inverse), so that a
+        # product over two such spans is over the columns ``:long`` alone (``_pairs``)
+        can = np.zeros(size, dtype=bool)
+        can[grammar.unary[np.isin(grammar.unary[:, 1], grammar.binary[:, 0]), 0]] = True
+        can[grammar.top] = False
+        self.order = np.concatenate([np.flatnonzero(can), np.flatnonzero(~can)])
+        self.inv = np.argsort(self.order)
+        self.long = int(can.sum())
+        self.a, self.b, self.c = self.inv[grammar.binary.T]
+        self.n, self.size, self.root = n, size, int(self.inv[grammar.top])
+        self.inner = np.flatnonzero((self.b < self.long) & (self.c < self.long))
         self.w = np.exp(factor.log_w[:, 0, 0, 0])
-        self.parent = _onehot(a, size)
+        top_label, bot_label = self.inv[grammar.unary.T]
         self.unary = np.zeros((size, size))  # [bot, top]
-        np.add.at(self.unary, (grammar.unary[:, 1], grammar.unary[:, 0]), np.exp(factor.log_u[:, 0, 0]))
-        self.unary[:, grammar.top] = 0.0  # TOP only at the root
+        np.add.at(self.unary, (bot_label, top_label), np.exp(factor.log_u[:, 0, 0]))
+        self.unary[:, self.root] = 0.0  # TOP only at the root
         self.root_unary = np.zeros(size)
-        top_rules = grammar.unary[:, 0] == grammar.top
-        np.add.at(self.root_unary, grammar.unary[top_rules, 1], np.exp(factor.log_u[top_rules, 0, 0]))
+        top_rules = top_label == self.root
+        np.add.at(self.root_unary, bot_label[top_rules], np.exp(factor.log_u[top_rules, 0, 0]))
         self.bot = np.zeros((n + 1, n + 1, size))
         self.top = np.zeros((n + 1, n + 1, size))
         self.sb = np.full((n + 1, n + 1), -np.inf)
         self.st = np.full((n + 1, n + 1), -np.inf)
-        lex = np.where(grammar.is_tag[None, :], factor.log_e[:, :, 0], -np.inf)
+        lex = np.where(grammar.is_tag[None, self.order], factor.log_e[:, self.order, 0], -np.inf)
         self._store(self.bot, self.sb, 1, np.exp(lex - _finite_max(lex)[:, None]), _finite_max(lex))
 
     def _store(self, chart: FloatArray, scale: FloatArray, length: int, values: FloatArray, ref: FloatArray) -> None:
@@ -90,9 +102,8 @@ class _Dense:
                 ref = _finite_max(scale)
                 weight = np.where(np.isfinite(scale), np.exp(scale - ref[:, None]), 0.0)
                 left = self.top[i, k] * weight[:, :, None]  # (cells, splits, L)
-                pairs = np.matmul(left.transpose(0, 2, 1), self.top[k, j])  # (cells, L, L): sum over splits
-                rules = pairs[:, self.b, self.c] * self.w
-                self._store(self.bot, self.sb, length, rules @ self.parent, ref)
+                rules = self._rule_sums(left, self.top[k, j]) * self.w
+                self._store(self.bot, self.sb, length, _scatter_labels(rules, a_of=self.a, size=self.size), ref)
             cells = np.arange(self.n - length + 1)
             bot = self.bot[cells, cells + length]
             if length == self.n:
@@ -118,19 +129,47 @@ class _Dense:
                 continue
             i, k, j = self._splits(length)
             e = _exp_gap(self.st[i, k], self.st[k, j], -self.sb[i, j])  # (cells, splits)
-            g = (ob[cells, jj] @ self.parent.T) * self.w  # (cells, R)
-            size2 = self.size * self.size
-            flat = (cells[:, None] * size2 + (self.b * self.size + self.c)[None, :]).ravel()
-            pairs = np.bincount(flat, g.ravel(), len(cells) * size2).reshape(len(cells), self.size, self.size)
-            ot[i, k] += np.matmul(self.top[k, j] * e[:, :, None], pairs.transpose(0, 2, 1))
-            ot[k, j] += np.matmul(self.top[i, k] * e[:, :, None], pairs)
-        return DenseMarginals(log_z, ob * self.bot, ot * self.top)
+            g = ob[cells, jj][:, self.a] * self.w  # (cells, R)
+            self._outside_children(ot, g, i, k, j, e)
+        return DenseMarginals(log_z, (ob * self.bot)[:, :, self.inv], (ot * self.top)[:, :, self.inv])
 
-def _onehot(labels: np.ndarray, size: int) -> FloatArray:
-    """``(len(labels), size)`` 0/1 matrix: row ``r`` has its 1 at ``labels[r]``."""
-    out = np.zeros((len(labels), size))
-    out[np.arange(len(labels)), labels] = 1.0
-    return out
+    def _rule_sums(self, left: FloatArray, right: FloatArray) -> FloatArray:
+        """``sum_s left[:, s, B(r)] * right[:, s, C(r)]`` per cell and rule (``left``, ``right``: ``(cells, splits,
+        L)``): the two edge splits (a one-word child, any label) rule by rule, the others (both children over two
+        words or more) by one batched matrix product over the columns ``:long`` (a quarter of the flops)."""
+        splits, p = left.shape[1], self.long
+        out = left[:, 0, self.b] * right[:, 0, self.c]
+        if splits > 1:
+            out += left[:, -1, self.b] * right[:, -1, self.c]
+        if splits > 2:
+            pairs = np.matmul(left[:, 1:-1, :p].transpose(0, 2, 1), right[:, 1:-1, :p])  # (cells, long, long)
+            out[:, self.inner] += pairs[:, self.b[self.inner], self.c[self.inner]]
+        return out
+
+    def _outside_children(self, ot: FloatArray, g: FloatArray, i: np.ndarray, k: np.ndarray, j: np.ndarray,
+                          e: FloatArray) -> None:
+        """Add the rules' outside weights ``g (cells, R)``, times each split's scale ``e (cells, splits)``, into the
+        children's top outside charts, split as in :meth:`_rule_sums`."""
+        splits, p, size, cells = k.shape[1], self.long, self.size, len(g)
+        flat = (np.arange(cells)[:, None] * size * size + (self.b * size + self.c)[None, :]).ravel()
+        pairs = np.bincount(flat, g.ravel(), cells * size * size).reshape(cells, size, size)  # [B, C]
+        i0, j0 = i[:, 0], j[:, 0]
+        for s in (0, splits - 1) if splits > 1 else (0,):
+            ks, es = k[:, s], e[:, s, None]
+            ot[i0, ks] += np.matmul(pairs, self.top[ks, j0][:, :, None])[:, :, 0] * es
+            ot[ks, j0] += np.matmul(self.top[i0, ks][:, None, :], pairs)[:, 0, :] * es
+        if splits > 2:
+            inner = pairs[:, :p, :p]
+            mid, weight = k[:, 1:-1], e[:, 1:-1, None]
+            ot[i, mid, :p] += np.matmul(self.top[mid, j, :p] * weight, inner.transpose(0, 2, 1))
+            ot[mid, j, :p] += np.matmul(self.top[i, mid, :p] * weight, inner)
+
+
+def _scatter_labels(values: FloatArray, a_of: np.ndarray, size: int) -> FloatArray:
+    """``out[c, A] = sum of values[c, r]`` over the rules ``r`` with ``a_of[r] = A`` (``values (cells, R)``)."""
+    cells = len(values)
+    flat = (np.arange(cells)[:, None] * size + a_of[None, :]).ravel()
+    return np.asarray(np.bincount(flat, values.ravel(), cells * size), dtype=np.float64).reshape(cells, size)
 
 
 def _finite_max(x: FloatArray) -> FloatArray:

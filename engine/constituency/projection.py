@@ -27,10 +27,8 @@ PROJECTION_FLOOR = -15.0  # Epic: bot parents with log marginal below are droppe
 
 def _log_ratio(numerator: FloatArray, denominator: FloatArray) -> FloatArray:
     """``log(numerator / denominator)``, ``-inf`` where either is not positive."""
-    live = (numerator > 0) & (denominator > 0)
-    out = np.full(numerator.shape, -np.inf)
-    out[live] = np.log(numerator[live]) - np.log(denominator[live])
-    return out
+    with np.errstate(divide="ignore", invalid="ignore"):  # log 0, -inf - -inf where not positive: masked
+        return np.where((numerator > 0) & (denominator > 0), np.log(numerator) - np.log(denominator), -np.inf)
 
 
 def project(items: AnchoredItems, marginals: FactorMarginals, floor: float | None = PROJECTION_FLOOR,

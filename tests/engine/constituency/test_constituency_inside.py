@@ -25,8 +25,17 @@ from pcfg_helpers import (
 
 from engine.constituency.anchored import AnchoredScores, build_items, full_mask
 from engine.constituency.factor import kronecker_product, make_factor, substates
-from engine.constituency.inside_outside import gold_pass, inside_outside, log_partition
+from engine.constituency.inside_outside import (
+    gold_pass,
+    inside_outside,
+    inside_outside_numpy,
+    log_partition,
+    log_partition_numpy,
+)
 from engine.constituency.reference import inside_outside_log
+
+SCALED = {"numba": (inside_outside, log_partition), "numpy": (inside_outside_numpy, log_partition_numpy)}
+EVERY = {"numba": inside_outside, "numpy": inside_outside_numpy, "log": inside_outside_log}
 
 FIELDS = ("w_counts", "u_counts", "e_counts", "mu_b", "mu_u", "mu_tag", "mu_bot", "mu_top")
 
@@ -41,18 +50,19 @@ CASES = [  # n, K, pruned, labels with one substate
 ]
 
 
+@pytest.mark.parametrize("implementation", EVERY)
 @pytest.mark.parametrize(("n", "k", "pruned", "unsplit"), CASES)
-def test_both_implementations_equal_enumeration(n: int, k: int, pruned: bool, unsplit: tuple[str, ...]) -> None:
+def test_every_implementation_equals_enumeration(n: int, k: int, pruned: bool, unsplit: tuple[str, ...],
+                                                 implementation: str) -> None:
     rng = np.random.default_rng(100 * n + 10 * k + pruned)
     _, items, f = sentence(rng, n, k, pruned, unsplit=unsplit)
     q = live_scores(items, f, rng)
     expected = brute_force(items, f, q)
     assert expected.count > 1
-    for got in (inside_outside(items, f, q), inside_outside_log(items, f, q)):
-        assert got.log_z == pytest.approx(expected.log_z, abs=1e-10)
-        for name in FIELDS:
-            np.testing.assert_allclose(getattr(got, name), getattr(expected, name), rtol=0, atol=1e-10,
-                                       err_msg=name)
+    got = EVERY[implementation](items, f, q)
+    assert got.log_z == pytest.approx(expected.log_z, abs=1e-10)
+    for name in FIELDS:
+        np.testing.assert_allclose(getattr(got, name), getattr(expected, name), rtol=0, atol=1e-10, err_msg=name)
 
 
 def test_items_are_exactly_the_live_combinations() -> None:
@@ -72,19 +82,22 @@ def test_items_are_exactly_the_live_combinations() -> None:
     unary = {(i, j, u) for i in range(4) for j in range(i + 1, 5) for u, (a, b) in enumerate(grammar.unary)
              if mask.top[i, j, a] and mask.bot[i, j, b]}
     assert set(zip(items.un_i.tolist(), items.un_j.tolist(), items.un_u.tolist(), strict=True)) == unary
+    order = np.lexsort((items.bin_r, items.bin_k, items.bin_i, lengths))  # length, i, k, rule
+    np.testing.assert_array_equal(order, np.arange(items.n_binary))
     assert (np.diff(items.un_j - items.un_i) >= 0).all()
     assert (grammar.binary[items.bin_r, 0] == items.bin_a).all() and (grammar.unary[items.un_u, 1] == items.un_b).all()
 
 
+@pytest.mark.parametrize("implementation", SCALED)
 @pytest.mark.parametrize("k", [1, 2, 4])
-def test_totals(k: int) -> None:
+def test_totals(k: int, implementation: str) -> None:
     """Brief §3.2: one tag per word, n - 1 binary parents, 2n - 1 unaries, the binary items of a parent add up
     to its bot marginal, the root's top marginal is 1, no NaN."""
     rng = np.random.default_rng(k)
     n = 6
     _, items, f = sentence(rng, n, 1)
     f = random_factor(tiny_grammar(np.random.default_rng(k)), n, k, rng)
-    got = inside_outside(items, f, random_scores(items, rng))
+    got = SCALED[implementation][0](items, f, random_scores(items, rng))
     spans = [(i, j) for i in range(n) for j in range(i + 2, n + 1)]
     assert np.isfinite(got.mu_bot).all() and np.isfinite(got.mu_b).all() and np.isfinite(got.w_counts).all()
     np.testing.assert_allclose(got.mu_bot[np.arange(n), np.arange(1, n + 1)].sum(axis=1), 1.0, atol=1e-12)
@@ -98,7 +111,8 @@ def test_totals(k: int) -> None:
     assert got.mu_top[0, n, items.root] == pytest.approx(1.0, abs=1e-12)
 
 
-def test_scaled_pass_survives_extreme_scores() -> None:
+@pytest.mark.parametrize("implementation", SCALED)
+def test_scaled_pass_survives_extreme_scores(implementation: str) -> None:
     """Scores of +-300 per item and weights of +-30 per rule overflow or underflow probabilities: the scaled pass
     agrees with the log-space oracle on log Z (relative 1e-12) and every marginal (1e-9)."""
     rng = np.random.default_rng(3)
@@ -107,20 +121,22 @@ def test_scaled_pass_survives_extreme_scores() -> None:
     f = random_factor(grammar, 6, 2, rng, scale=30.0)
     q = AnchoredScores(300 * rng.standard_normal(items.n_binary), 300 * rng.standard_normal(items.n_unary),
                        300 * rng.standard_normal(items.n_tags))
-    got, oracle = inside_outside(items, f, q), inside_outside_log(items, f, q)
+    got, oracle = SCALED[implementation][0](items, f, q), inside_outside_log(items, f, q)
     assert abs(got.log_z) > 800
     assert got.log_z == pytest.approx(oracle.log_z, rel=1e-12)
     for name in FIELDS:
         np.testing.assert_allclose(getattr(got, name), getattr(oracle, name), rtol=0, atol=1e-9, err_msg=name)
 
 
-def test_no_live_tree_raises_and_log_partition_is_minus_inf() -> None:
+@pytest.mark.parametrize("implementation", SCALED)
+def test_no_live_tree_raises_and_log_partition_is_minus_inf(implementation: str) -> None:
     rng = np.random.default_rng(4)
     _, items, f = sentence(rng, 3, 2)
     q = AnchoredScores(np.full(items.n_binary, -np.inf), np.zeros(items.n_unary), np.zeros(items.n_tags))
-    assert log_partition(items, f, q) == -np.inf
+    passes, partition = SCALED[implementation]
+    assert partition(items, f, q) == -np.inf
     with pytest.raises(FloatingPointError):
-        inside_outside(items, f, q)
+        passes(items, f, q)
 
 
 def test_gold_pass_equals_the_sum_over_one_trees_substates() -> None:
