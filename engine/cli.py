@@ -290,3 +290,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except ConnectionError as e:  # --cluster: a scheduler that cannot be reached, or was lost mid-command
+        print(f"error: {e}", file=sys.stderr)
+        return 1

@@ -173,7 +173,7 @@ def _input_chunks(args: argparse.Namespace, size: int) -> Iterator[tuple[list[An
 
 
 def run_parse(args: argparse.Namespace, out: TextIO, on_chunk: Callable[[int, int], None] | None = None,
-              chunk_size: int = CHUNK_SENTENCES) -> dict[str, int]:
+              chunk_size: int | None = None) -> dict[str, int]:
     """``parse``: the input read and parsed a chunk at a time, each chunk's CoNLL-U written to ``out`` before
     the next is read. ``on_chunk(sentences, words)`` follows each chunk (the service's batch jobs report
     progress and stop there). Returns the numbers of sentences and words parsed."""
@@ -191,7 +191,7 @@ def run_parse(args: argparse.Namespace, out: TextIO, on_chunk: Callable[[int, in
 
     def numbered() -> Iterator[tuple[list[Any], int]]:  # each chunk checked here, with its place in the input
         first = 0
-        for sentences, source in _input_chunks(args, chunk_size):
+        for sentences, source in _input_chunks(args, chunk_size or CHUNK_SENTENCES):
             check_parsable(sentences, source)
             yield sentences, first
             first += len(sentences)

@@ -121,3 +121,33 @@ def test_evaluate_with_a_bad_cluster_spec_is_a_usage_error(trained: tuple[Path, 
     model, dev, _ = trained
     assert main(["evaluate", "--model", str(model), "--data", str(dev), "--cluster", "local:0"]) == 2
     assert "--cluster" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_parse_on_a_lost_scheduler_fails_in_one_line_and_writes_no_output(trained: tuple[Path, Path, dict],
+                                                                          tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """``parse --output FILE --cluster tcp://...`` whose ``dask scheduler`` is SIGKILLed once the first chunk is
+    written: exit status 1, a last line naming the lost scheduler, no output file (written atomically)."""
+    import signal
+
+    from cluster_helpers import SchedulerProcesses
+
+    model, dev, _ = trained
+    monkeypatch.setattr(cli_parse, "CHUNK_SENTENCES", 7)
+    write = cli_parse._write_chunk
+    out = tmp_path / "parsed.conllu"
+    with SchedulerProcesses(tmp_path / "dask") as dask:
+        def write_then_kill(*args: object) -> None:
+            write(*args)  # type: ignore[arg-type]
+            if dask.scheduler.poll() is None:
+                dask.scheduler.send_signal(signal.SIGKILL)
+                dask.scheduler.wait(30)
+
+        monkeypatch.setattr(cli_parse, "_write_chunk", write_then_kill)
+        status = main(["parse", "--model", str(model), "--input", str(dev), "--output", str(out), "--cluster",
+                       dask.address])
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after Dask's own log lines
+    assert status == 1 and last.startswith(f"error: lost the Dask scheduler at {dask.address} "), last
+    assert not out.exists() and not list(tmp_path.glob(".parsed.conllu*"))
