@@ -79,8 +79,9 @@ def connect(spec: str) -> Iterator[Any]:
 @contextmanager
 def _scheduler_loss(client: Any, spec: str) -> Iterator[None]:
     """Turn what the work inside raises after the scheduler at ``spec`` was lost into one clear
-    ``ConnectionError``. When its connection closes (a killed scheduler; a silent one is found by the client's
-    heartbeats within ``distributed.comm.timeouts.tcp``), the client cancels every future at once, which raises
+    ``ConnectionError``. When its connection closes (a killed scheduler; a silent loss, a machine gone, is
+    noticed by TCP keepalive within ``distributed.comm.timeouts.tcp``, 30 s, which Dask sets on its sockets:
+    not tested here), the client cancels every future at once, which raises
     in whoever waits on them (``FuturesCancelledError``), and tries to reconnect for ``CONNECT_TIMEOUT`` before
     it closes itself; its workers stop. Whatever fails meanwhile says so in Dask's words (a cancelled future, a
     closed connection pool, a closed worker): here it says which scheduler was lost."""
@@ -106,7 +107,8 @@ def ordered_map(client: Any, fn: Any, items: Iterable[tuple[Any, tuple[Any, ...]
     """``(tag, fn(*arguments))`` for each ``(tag, arguments)`` of ``items``, computed on the cluster's workers
     with at most ``window`` tasks in flight, yielded in input order (``items`` is read lazily, so a large input
     is never all in memory). A task whose worker dies is rerun elsewhere by the scheduler (Dask reschedules the
-    tasks of a lost worker); an exception in ``fn`` is raised here."""
+    tasks of a lost worker); an exception in ``fn`` is raised here, and a lost scheduler stops the loop before
+    the next submission (``require_connected``)."""
     pending: deque[tuple[Any, Any]] = deque()
     for tag, arguments in items:
         require_connected(client)
