@@ -1,7 +1,7 @@
 # API image: `python -m service` on port 8000 with the shipped models in /app/models and the job store,
 # uploads and models trained by jobs in the /data volume. docker-compose.yml runs the same image as
-# `api` (this CMD, --workers 0: the web process never trains), `worker` (python -m service.worker), and a Dask
-# cluster: `scheduler` (dask scheduler) and `dask-worker` (dask worker), hence the `cluster` extra.
+# `api` (this CMD, --workers 0: the web process never trains), `jobs` (python -m service.worker), and a Dask
+# cluster: `scheduler` (dask scheduler) and `worker` (dask worker), hence the `cluster` extra.
 # Checked for real by `python bench/deploy_check.py` (build, compose up, parse, train, restart, teardown);
 # it builds with the legacy builder too (`DOCKER_BUILDKIT=0 docker build -t bp-parser:latest .`), so no
 # `# syntax=` line: that would make BuildKit fetch a frontend image from a registry.

@@ -85,10 +85,14 @@ class ComposeProject:
 
     def container(self, service: str) -> str:
         """The container id of a running service (CheckFailed if there is none)."""
+        return self.containers(service)[0]
+
+    def containers(self, service: str) -> list[str]:
+        """The container ids of a service (several after ``--scale``; CheckFailed if there is none)."""
         ids = self("ps", "-q", service).stdout.split()
         if not ids:
             raise CheckFailed(f"compose service {service!r} has no container")
-        return ids[0]
+        return ids
 
     def logs(self, service: str, lines: int = 25) -> str:
         done = self("logs", "--no-color", "--tail", str(lines), service, check=False, timeout=60)

@@ -8,13 +8,17 @@ Steps, in order (the first failure stops the walk; teardown always runs):
 - ``build``: ``DOCKER_BUILDKIT=0 docker build`` (the legacy builder); the image runs as uid 10001, has a
   healthcheck and a ``/data`` volume;
 - ``compose-needs-key``: ``docker-compose config`` refuses to run without ``API_KEY``;
-- ``up``: ``docker-compose up -d`` on a free host port; ``/readyz`` answers 200, Docker reports ``api``
-  healthy (the image's own healthcheck), every process in ``api`` and ``worker`` runs as uid 10001 and owns
-  the ``/data`` volume;
+- ``up``: ``docker-compose up -d --scale worker=N`` (``--dask-workers``, default 2) on a free host port;
+  ``/readyz`` answers 200, Docker reports every container of ``api``, ``jobs``, ``scheduler`` and ``worker``
+  healthy (each one's health check), every process in ``api``, ``jobs`` and the workers runs as uid 10001 and
+  owns the ``/data`` volume, and the Dask scheduler has the N workers;
 - ``parse-text``, ``models``: the README's ``/parse`` with ``text`` and ``GET /models``;
 - ``jobs-key``, ``train``, ``parse-trained``: ``/jobs`` without the key is 401; a small first-order training job
-  (the first ``--sentences`` sentences of EWT train, 1 epoch) posted with the key is trained by ``worker`` to
-  ``succeeded``, and the API then parses with the new model;
+  (the first ``--sentences`` sentences of EWT train, 1 epoch, 2 seeds) posted with the key is run by ``jobs`` to
+  ``succeeded``, its two seeds' trainings as tasks on the Dask workers (``run_task``, counted per worker from
+  each worker's own log of task transitions), and the API then parses with the new model;
+- ``parse-job``: a batch parse job (the same sentences, ``en_ewt``) whose chunks are parsed on the Dask workers
+  (``_remote_chunk`` tasks), its result one CoNLL-U block per input sentence;
 - ``restart``: ``docker-compose restart api``; ready again, the trained model still listed;
 - ``teardown``: ``docker-compose down --volumes`` leaves no container, network or volume of the project.
 
@@ -50,6 +54,7 @@ FORBIDDEN = {"tests", "bench", "docs", ".git", "data", ".venv", "__pycache__", "
 TEXT = "The parser tells you how sure it is. Dogs bark."
 WORDS, TAGS = ["Dogs", "bark", "."], ["NOUN", "VERB", "PUNCT"]
 MODEL = "deploy-check"
+SERVICES = ("api", "jobs", "scheduler", "worker")  # docker-compose.yml's; `worker` are the Dask workers
 
 
 @dataclass
@@ -69,7 +74,7 @@ class Check:
         return httpx.Client(base_url=self.url, timeout=60)
 
     def fail_with_logs(self, message: str) -> CheckFailed:
-        logs = "\n".join(f"--- {s} logs ---\n{self.compose.logs(s)}" for s in ("api", "worker"))
+        logs = "\n".join(f"--- {s} logs ---\n{self.compose.logs(s)}" for s in SERVICES)
         return CheckFailed(f"{message}\n{logs}")
 
 
@@ -174,25 +179,51 @@ def health(container: str) -> str:
 
 
 def step_up(c: Check) -> None:
-    """Start the stack; time to /readyz 200 and to Docker's "healthy"; who runs what and owns /data."""
+    """Start the stack; time to /readyz 200 and to every container "healthy"; who runs what and owns /data; the
+    Dask workers joined the scheduler."""
     start = time.monotonic()
-    c.compose("up", "-d", "--no-build", timeout=300)
+    c.compose("up", "-d", "--no-build", "--scale", f"worker={c.args.dask_workers}", timeout=300)
     wait_for(lambda: readyz(c), c.args.ready_timeout, "/readyz to answer 200")
     c.figures["up_to_ready_s"] = round(time.monotonic() - start, 1)
-    api, worker = c.compose.container("api"), c.compose.container("worker")
-    state = wait_for(lambda: health(api) in ("healthy", "unhealthy") and health(api), 90, "a Docker health status")
-    if state != "healthy":
-        raise c.fail_with_logs(f"Docker reports the api container {state}")
+    containers = {name: c.compose.containers(name) for name in SERVICES}
+    if len(containers["worker"]) != c.args.dask_workers:
+        raise c.fail_with_logs(f"{len(containers['worker'])} worker containers, not {c.args.dask_workers}")
+    for name, ids in containers.items():
+        for cid in ids:
+            state = wait_for(lambda cid=cid: health(cid) in ("healthy", "unhealthy") and health(cid), 120,
+                             f"a Docker health status of {name}")
+            if state != "healthy":
+                raise c.fail_with_logs(f"Docker reports the {name} container {cid[:12]} {state}")
     c.figures["up_to_healthy_s"] = round(time.monotonic() - start, 1)
-    for name, cid in (("api", api), ("worker", worker)):
+    for name in ("api", "jobs", "worker"):
         require_running(c, name)
-        uids = container_uids(cid)
-        if not uids or any(uid != UID for uid in uids.values()):
-            raise CheckFailed(f"{name}: processes not running as uid {UID}: {uids}")
-        probe = "import os; print(os.stat('/data').st_uid, os.access('/data', os.W_OK))"
-        out = run(["docker", "exec", cid, "python", "-c", probe]).stdout.split()
-        if out[0] != str(UID) or out[1] != "True":
-            raise CheckFailed(f"{name}: /data is owned by uid {out[0]}, writable: {out[1]} (want {UID}, True)")
+        for cid in containers[name]:
+            uids = container_uids(cid)
+            if not uids or any(uid != UID for uid in uids.values()):
+                raise CheckFailed(f"{name}: processes not running as uid {UID}: {uids}")
+            probe = "import os; print(os.stat('/data').st_uid, os.access('/data', os.W_OK))"
+            out = run(["docker", "exec", cid, "python", "-c", probe]).stdout.split()
+            if out[0] != str(UID) or out[1] != "True":
+                raise CheckFailed(f"{name}: /data is owned by uid {out[0]}, writable: {out[1]} (want {UID}, True)")
+    workers = dask_query(c, "len(client.scheduler_info()['workers'])")
+    if workers != c.args.dask_workers:
+        raise c.fail_with_logs(f"the Dask scheduler has {workers} workers, not {c.args.dask_workers}")
+
+
+def dask_query(c: Check, expression: str) -> Any:
+    """``expression`` (over ``client``, a Dask client on the scheduler) evaluated in the scheduler's container."""
+    code = ("import json\nfrom distributed import Client\n"
+            "with Client('tcp://127.0.0.1:8786', timeout=30) as client:\n"
+            f"    print(json.dumps({expression}))\n")
+    return json.loads(run(["docker", "exec", c.compose.container("scheduler"), "python", "-c", code],
+                          timeout=120).stdout.strip().splitlines()[-1])
+
+
+def tasks_per_worker(c: Check, prefix: str) -> dict[str, int]:
+    """How many distinct tasks of ``prefix`` each Dask worker ran (its own log of task transitions)."""
+    code = ("client.run(lambda dask_worker: len({e[0] for e in dask_worker.state.log if isinstance(e[0], str) "
+            f"and e[0].startswith({prefix!r})}}))")
+    return dict(dask_query(c, code))
 
 
 def step_parse_text(c: Check) -> None:
@@ -226,9 +257,10 @@ def training_file(c: Check) -> bytes:
 
 
 def step_train(c: Check) -> None:
-    """A small first-order job, trained by the worker container through to ``succeeded``."""
+    """A small first-order job, run by the jobs container through to ``succeeded``, its two seeds' trainings as
+    tasks on the Dask workers."""
     auth = {"Authorization": f"Bearer {c.key}"}
-    config = {"name": MODEL, "order": 1, "epochs": 1, "components": ["parser"], "dim": 1 << 18}
+    config = {"name": MODEL, "order": 1, "epochs": 1, "components": ["parser"], "dim": 1 << 18, "seeds": 2}
     start = time.monotonic()
     with c.http() as h:
         r = h.post("/jobs", headers=auth, files={"train": ("train.conllu", training_file(c), "text/plain")},
@@ -238,14 +270,49 @@ def step_train(c: Check) -> None:
         c.job_id = r.json()["id"]
 
         def finished() -> dict[str, Any] | None:
-            require_running(c, "worker")
+            require_running(c, "jobs")
             job: dict[str, Any] = h.get(f"/jobs/{c.job_id}", headers=auth).json()
             return job if job["status"] in ("succeeded", "failed", "cancelled") else None
 
-        job = wait_for(finished, c.args.job_timeout, "the training job to finish (is the worker running?)")
+        job = wait_for(finished, c.args.job_timeout, "the training job to finish (is the jobs service running?)")
     if job["status"] != "succeeded":
         raise c.fail_with_logs(f"the training job {job['status']}: {job.get('error')}")
     c.figures["job_s"] = round(time.monotonic() - start, 1)
+    ran = tasks_per_worker(c, "run_task")
+    c.figures["train_tasks_per_worker"] = sorted(ran.values())
+    if sum(ran.values()) < 2:
+        raise c.fail_with_logs(f"the seeds' trainings did not run on the Dask workers: {ran}")
+
+
+def step_parse_job(c: Check) -> None:
+    """A batch parse job whose chunks the Dask workers parse: one output block per input sentence."""
+    auth = {"Authorization": f"Bearer {c.key}"}
+    data = training_file(c)
+    start = time.monotonic()
+    with c.http() as h:
+        r = h.post("/jobs", headers=auth, files={"input": ("input.conllu", data, "text/plain")},
+                   data={"config": json.dumps({"kind": "parse", "model": "en_ewt"})})
+        if r.status_code != 202:
+            raise CheckFailed(f"POST /jobs (parse): {r.status_code} {r.text[:300]}")
+        job_id = r.json()["id"]
+
+        def finished() -> dict[str, Any] | None:
+            job: dict[str, Any] = h.get(f"/jobs/{job_id}", headers=auth).json()
+            return job if job["status"] in ("succeeded", "failed", "cancelled") else None
+
+        job = wait_for(finished, c.args.job_timeout, "the parse job to finish")
+        if job["status"] != "succeeded":
+            raise c.fail_with_logs(f"the parse job {job['status']}: {job.get('error')}")
+        result = h.get(f"/jobs/{job_id}/result", headers=auth)
+    c.figures["parse_job_s"] = round(time.monotonic() - start, 1)
+    blocks = [b for b in result.text.split("\n\n") if b.strip()]
+    if result.status_code != 200 or len(blocks) != c.args.sentences:
+        raise CheckFailed(f"GET /jobs/{job_id}/result: {result.status_code}, {len(blocks)} sentences, "
+                          f"not {c.args.sentences}")
+    ran = tasks_per_worker(c, "_remote_chunk")
+    c.figures["parse_tasks_per_worker"] = sorted(ran.values())
+    if not sum(ran.values()):
+        raise c.fail_with_logs(f"the parse job's chunks did not run on the Dask workers: {ran}")
 
 
 def model_listed(c: Check) -> bool:
@@ -277,7 +344,8 @@ def step_restart(c: Check) -> None:
 STEPS: list[tuple[str, Callable[[Check], None]]] = [
     ("context", step_context), ("build", step_build), ("compose-needs-key", step_compose_needs_key),
     ("up", step_up), ("parse-text", step_parse_text), ("models", step_models), ("jobs-key", step_jobs_key),
-    ("train", step_train), ("parse-trained", step_parse_trained), ("restart", step_restart)]
+    ("train", step_train), ("parse-trained", step_parse_trained), ("parse-job", step_parse_job),
+    ("restart", step_restart)]
 
 
 def free_port() -> int:
@@ -296,6 +364,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--sentences", type=int, default=40, help="sentences in the training job (default 40)")
     ap.add_argument("--ready-timeout", type=float, default=180, help="seconds to wait for /readyz")
     ap.add_argument("--job-timeout", type=float, default=600, help="seconds to wait for the training job")
+    ap.add_argument("--dask-workers", type=int, default=2, help="Dask worker containers (--scale worker=N)")
     ap.add_argument("--no-cache", action="store_true", help="build every layer again (a cold build's time)")
     ap.add_argument("--keep-image", action="store_true", help="keep the image built for the check")
     ap.add_argument("--require-docker", action="store_true", help="fail (exit 1) instead of skipping "

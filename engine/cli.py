@@ -23,10 +23,9 @@ from engine.cli_parse import (
     UsageError,
     check_tag_samples,
     load_parser,
-    parse_tagged,
     resolve_tag_samples,
     run_parse,
-    tag_inputs,
+    tag_and_parse,
 )
 from engine.constituency import commands as constituency
 from engine.constituency.evalb import EvalbError
@@ -130,6 +129,8 @@ MORPHOLOGY_METRICS = ("lemmas", "ufeats", "alltags", "clas", "mlas", "blex")
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     if constituency.is_model(args.model):
+        if args.cluster:
+            raise UsageError(f"--cluster: {args.model} is a constituency model, which evaluates in one process")
         return constituency.evaluate(args)
     args.data = _one(args.data, "--data")
     start = time.perf_counter()
@@ -149,8 +150,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             system = args.pipeline.tokenize(raw_text(gold, width=args.wrap))
         except ModelError as e:
             raise UsageError(f"{args.model}: {e}") from e
-        _, draws = tag_inputs(args, system, retag=True)
-        parsed = parse_tagged(args, parse, system, draws) if system else []
+        _, parsed = tag_and_parse(args, parse, system, retag=True)
         seconds = time.perf_counter() - start
         scores = evaluate_ud(gold, _system_conllu(args.pipeline, system, parsed))
         gold_words = sum(s.n for s in gold)
@@ -237,9 +237,7 @@ def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any],
     returns the scores, the parses and the (re-tagged) input sentences."""
     inputs = [s.copy() for s in gold] if predicted else gold
     upos_probs: dict[int, np.ndarray] = {}
-    tagged, draws = (tag_inputs(args, inputs, retag=True, upos_probs=upos_probs) if predicted
-                     else ([], [[] for _ in inputs]))
-    parsed = parse_tagged(args, parse, inputs, draws)
+    tagged, parsed = tag_and_parse(args, parse, inputs, retag=predicted, upos_probs=upos_probs)
     for i, p in enumerate(parsed):  # joint tags: the chosen UPOS's belief
         if p.upos_probs is not None:
             upos_probs[i] = p.upos_probs
@@ -259,6 +257,8 @@ def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any],
 
 def cmd_parse(args: argparse.Namespace) -> int:
     if constituency.is_model(args.model):
+        if args.cluster:
+            raise UsageError(f"--cluster: {args.model} is a constituency model, which parses in one process")
         args.input_format = args.input_format or "tokens"
         return constituency.parse(args)
     args.input_format = args.input_format or "conllu"
@@ -297,3 +297,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except ConnectionError as e:  # --cluster: a scheduler that cannot be reached, or was lost mid-command
+        print(f"error: {e}", file=sys.stderr)
+        return 1

@@ -137,6 +137,11 @@ def _add_average(sub: argparse._SubParsersAction) -> None:
                    "inference.tag_samples; parse, evaluate and the service use it unless told otherwise)")
 
 
+def _add_cluster(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--cluster", metavar="SPEC", help=f"{what} on a Dask cluster: local:N (a LocalCluster of N worker "
+                   "processes) or tcp://HOST:8786; the output is the same, in input order (needs the cluster extra)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine", description=__doc__.splitlines()[0])
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -158,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "and score with the CoNLL 2018 UD alignment (tokens, sentences, words, UPOS, UAS, LAS as F1)")
     p.add_argument("--wrap", type=int, metavar="WIDTH", help="with --from-text: wrap the text's lines at WIDTH "
                    "characters (at spaces), as text files and conllu_to_text.pl (80) have it")
+    _add_cluster(p, "tag and parse the chunks")
     p = sub.add_parser("parse", help="parse CoNLL-U (HEAD/DEPREL are ignored) and write CoNLL-U")
     _add_model_io(p)
     p.add_argument("--input", help="input file (default: stdin)")
@@ -184,9 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "that its heads are all right) and expected_errors as comments")
     p.add_argument("--head-sets", type=float, metavar="ALPHA", help="conformal head and label sets at level ALPHA "
                    "in MISC: HeadSet=3,5 DeprelSet=nsubj,obj (thresholds fitted by `calibrate`)")
-    p.add_argument("--cluster", metavar="SPEC", help="parse the chunks on a Dask cluster: local:N (a LocalCluster of "
-                   "N worker processes) or tcp://HOST:8786; the output is the same, in input order (needs the "
-                   "cluster extra)")
+    _add_cluster(p, "parse the chunks")
     p = sub.add_parser("calibrate", help="fit the calibration of head probabilities and the thresholds of head "
                        "sets on a development treebank (parsed as `evaluate` parses it: re-tagged when the model has "
                        "a tagger) and store them in the model's manifest (inference.head_power, .conformal); an "

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path
 from typing import Any, TextIO
@@ -31,6 +32,7 @@ from engine.inference.settings import resolve
 from engine.model.store import ModelError
 from engine.pipeline import MAX_TAG_SAMPLES, Pipeline
 from engine.text.tag_candidates import CandidateSettings
+from engine.training.cluster import ordered_map
 
 
 class UsageError(ValueError):
@@ -171,7 +173,7 @@ def _input_chunks(args: argparse.Namespace, size: int) -> Iterator[tuple[list[An
 
 
 def run_parse(args: argparse.Namespace, out: TextIO, on_chunk: Callable[[int, int], None] | None = None,
-              chunk_size: int = CHUNK_SENTENCES) -> dict[str, int]:
+              chunk_size: int | None = None) -> dict[str, int]:
     """``parse``: the input read and parsed a chunk at a time, each chunk's CoNLL-U written to ``out`` before
     the next is read. ``on_chunk(sentences, words)`` follows each chunk (the service's batch jobs report
     progress and stop there). Returns the numbers of sentences and words parsed."""
@@ -189,21 +191,14 @@ def run_parse(args: argparse.Namespace, out: TextIO, on_chunk: Callable[[int, in
 
     def numbered() -> Iterator[tuple[list[Any], int]]:  # each chunk checked here, with its place in the input
         first = 0
-        for sentences, source in _input_chunks(args, chunk_size):
+        for sentences, source in _input_chunks(args, chunk_size or CHUNK_SENTENCES):
             check_parsable(sentences, source)
             yield sentences, first
             first += len(sentences)
 
     if getattr(args, "cluster", None):
-        from engine.training.cluster import check_spec, connect, ordered_map
-
-        try:
-            check_spec(args.cluster)
-        except ValueError as e:
-            raise UsageError(f"--cluster: {e}") from e
-        settings = json.dumps({k: v for k, v in vars(args).items() if k not in ("pipeline", "func")})
-        with connect(args.cluster) as client:
-            window = 2 * max(1, len(client.scheduler_info()["workers"]))
+        settings = _settings(args)
+        with _cluster(args) as (client, window):
             parsed = ordered_map(client, _remote_chunk, ((c, (settings, c[0], c[1])) for c in numbered()), window)
             for (sentences, _), text in parsed:
                 _write_chunk(out, text, sentences, done, on_chunk)
@@ -223,19 +218,98 @@ def _write_chunk(out: TextIO, text: str, sentences: list[Any], done: dict[str, i
         on_chunk(done["sentences"], done["words"])
 
 
+def tag_and_parse(args: argparse.Namespace, parse: Any, sentences: list[Any], retag: bool,
+                  upos_probs: dict[int, np.ndarray] | None = None, chunk_size: int | None = None
+                  ) -> tuple[list[int], list[Any]]:
+    """``tag_inputs`` (every sentence re-tagged with ``retag``, none tagged without) then ``parse_tagged``, a
+    chunk of ``chunk_size`` sentences (``CHUNK_SENTENCES``) at a time: (the indices tagged, the parses); the tags
+    chosen are written into ``sentences``, ``upos_probs`` gets the tagger's marginals of the chosen UPOS. With
+    ``--cluster`` (``evaluate``) the chunks go to the Dask workers, and the result is the one-process result to
+    the last bit: the same chunks, the same arithmetic (tagging and parsing batch sentences of a chunk together,
+    so a different chunking could move a marginal by a rounding error)."""
+    size = chunk_size or CHUNK_SENTENCES
+    starts = range(0, len(sentences), size)
+    if not getattr(args, "cluster", None):
+        return _merge(args, sentences, ((start, _tag_and_parse_chunk(args, parse, sentences[start:start + size],
+                                                                     retag)) for start in starts), upos_probs)
+    settings = _settings(args)
+    with _cluster(args) as (client, window):
+        return _merge(args, sentences, ordered_map(client, _remote_tag_and_parse, (
+            (start, (settings, sentences[start:start + size], retag)) for start in starts), window), upos_probs)
+
+
+def _tag_and_parse_chunk(args: argparse.Namespace, parse: Any, sentences: list[Any], retag: bool) -> tuple[Any, ...]:
+    """One chunk of ``tag_and_parse``: the indices tagged, the parses, each sentence's (UPOS, XPOS) after tagging,
+    the tagger's marginals of the chosen UPOS by index, and ``tag_samples`` as used (joint tagging draws none)."""
+    probs: dict[int, np.ndarray] = {}
+    tagged, draws = (tag_inputs(args, sentences, retag=True, upos_probs=probs) if retag
+                     else ([], [[] for _ in sentences]))
+    parsed = parse_tagged(args, parse, sentences, draws) if sentences else []
+    return tagged, parsed, [(s.upos, s.xpos) for s in sentences], probs, args.tag_samples
+
+
+def _merge(args: argparse.Namespace, sentences: list[Any], chunks: Iterable[tuple[int, tuple[Any, ...]]],
+           upos_probs: dict[int, np.ndarray] | None) -> tuple[list[int], list[Any]]:
+    """The chunks' results (``_tag_and_parse_chunk``, each with its first sentence's index) put together."""
+    tagged: list[int] = []
+    parsed: list[Any] = []
+    for start, (indices, parses, tags, probs, samples) in chunks:
+        for i, (upos, xpos) in enumerate(tags, start=start):  # a worker tagged copies of these sentences
+            sentences[i].upos, sentences[i].xpos = upos, xpos
+        tagged += [start + i for i in indices]
+        parsed += parses
+        if upos_probs is not None:
+            upos_probs.update({start + i: p for i, p in probs.items()})
+        args.tag_samples = samples
+    return tagged, parsed
+
+
+@contextmanager
+def _cluster(args: argparse.Namespace) -> Iterator[tuple[Any, int]]:
+    """The client of ``--cluster`` and how many chunks to keep in flight (two per worker)."""
+    from engine.training.cluster import check_spec, connect
+
+    try:
+        check_spec(args.cluster)
+    except ValueError as e:
+        raise UsageError(f"--cluster: {e}") from e
+    with connect(args.cluster) as client:
+        yield client, 2 * max(1, len(client.scheduler_info()["workers"]))
+
+
+_DRIVER_ONLY = ("pipeline", "func", "joint_candidates", "confidence_arrays")
+"""Attributes the commands add to their arguments that stay in the driver (a loaded model, results)."""
+
+
+def _settings(args: argparse.Namespace) -> str:
+    """The command's arguments as JSON: what a worker needs to load the same model with the same settings."""
+    return json.dumps({k: v for k, v in vars(args).items() if k not in _DRIVER_ONLY})
+
+
 _WORKER_MODELS: dict[str, tuple[Any, ...]] = {}
-"""On a Dask worker: the loaded model and settings of each ``parse --cluster`` command it served."""
+"""On a Dask worker: the loaded model and settings of each ``parse|evaluate --cluster`` command it served."""
 
 
-def _remote_chunk(settings: str, sentences: list[Any], first: int) -> str:
-    """``_parse_chunk`` on a Dask worker, which loads the model once per command (``settings``: the command's
-    arguments as JSON) and keeps it for the command's next chunks."""
+def _worker_model(settings: str) -> tuple[Any, ...]:
+    """(arguments, pipeline, parse, conformal thresholds) of a command on a Dask worker, which loads the model
+    once per command (``settings``: its arguments as JSON) and keeps it for the command's next chunks."""
     if settings not in _WORKER_MODELS:
         args = argparse.Namespace(**{**json.loads(settings), "cluster": None})
         pipeline, parse = load_parser(args)
-        _WORKER_MODELS[settings] = (args, pipeline, parse, _conformal(args))
-    args, pipeline, parse, conformal = _WORKER_MODELS[settings]
+        _WORKER_MODELS[settings] = (args, pipeline, parse, _conformal(args) if hasattr(args, "head_sets") else None)
+    return _WORKER_MODELS[settings]
+
+
+def _remote_chunk(settings: str, sentences: list[Any], first: int) -> str:
+    """``_parse_chunk`` on a Dask worker (``parse --cluster``)."""
+    args, pipeline, parse, conformal = _worker_model(settings)
     return "".join(_parse_chunk(args, pipeline, parse, conformal, sentences, first))
+
+
+def _remote_tag_and_parse(settings: str, sentences: list[Any], retag: bool) -> tuple[Any, ...]:
+    """``_tag_and_parse_chunk`` on a Dask worker (``evaluate --cluster``)."""
+    args, _, parse, _ = _worker_model(settings)
+    return _tag_and_parse_chunk(args, parse, sentences, retag)
 
 
 def _parse_chunk(args: argparse.Namespace, pipeline: Pipeline, parse: Any, conformal: dict[str, Any] | None,

@@ -1,8 +1,8 @@
 """Standalone training worker: ``python -m service.worker --data-dir DIR [--trained-dir DIR] [--workers N]
-[--node NAME]``.
+[--node NAME] [--health-file FILE]``.
 
 Runs a job scheduler on the app's data directory (``DIR/jobs.sqlite3``, uploads in ``DIR/uploads``)
-without the HTTP service, e.g. as docker-compose's training-worker container next to an app started
+without the HTTP service, e.g. as docker-compose's `jobs` container next to an app started
 with ``--workers 0``. Trained models go to ``--trained-dir`` (default ``DIR/models``), which the app must
 see too. SIGTERM or SIGINT stops it: running jobs are marked failed and their processes terminated.
 """
@@ -14,6 +14,7 @@ import logging
 import signal
 import socket
 import threading
+from pathlib import Path
 from types import FrameType
 
 from service.jobs.layout import RESULT_RETENTION_SECONDS, DataLayout
@@ -38,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds a cancelled job may take to stop before its process is terminated")
     ap.add_argument("--result-retention-seconds", type=float, default=RESULT_RETENTION_SECONDS,
                     help="how long a parse job's result is kept after the job ended (default: a week)")
+    ap.add_argument("--health-file", help="touch this file every second while the job scheduler runs (a container "
+                    "health check reads its age; docker-compose.yml's `jobs`)")
     ap.add_argument("-v", "--verbose", action="store_true")
     return ap
 
@@ -68,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             log.error("the scheduler thread died")
             scheduler.stop()
             return 1
+        if args.health_file:
+            Path(args.health_file).touch()
     scheduler.stop()
     return 0
 

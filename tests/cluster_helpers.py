@@ -45,3 +45,46 @@ def assert_same_model(one: Path, two: Path, *, blocks: tuple[str, ...] | None = 
     if blocks is not None:
         manifests = [{k: m.get(k) for k in blocks} for m in manifests]
     assert _without_timing(manifests[0]) == _without_timing(manifests[1])
+
+
+class SchedulerProcesses:
+    """``dask scheduler`` and ``workers`` ``dask worker`` processes (single-threaded) on this machine, as the
+    compose file runs them: the scheduler can be SIGKILLed alone. A context manager; skips without Dask."""
+
+    def __init__(self, log_dir: Path, workers: int = 2) -> None:
+        import os
+        import socket
+        import subprocess
+        import sys
+
+        pytest.importorskip("distributed", reason="dask.distributed is not installed (the cluster extra)")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        self.address = f"tcp://127.0.0.1:{port}"
+        # the scheduler unpickles the task graphs (the engine's task functions) and the workers run them
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        dask = [sys.executable, "-m", "dask"]
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.logs = [open(log_dir / f"dask-{k}.log", "wb") for k in range(workers + 1)]  # noqa: SIM115
+        self.scheduler = subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                                           "--dashboard-address", ":0", "--no-show"], env=env,
+                                          stdout=self.logs[0], stderr=subprocess.STDOUT)
+        self.workers = [subprocess.Popen([*dask, "worker", self.address, "--nworkers", "1", "--nthreads", "1",
+                                          "--dashboard-address", ":0"], env=env, stdout=log, stderr=subprocess.STDOUT)
+                        for log in self.logs[1:]]
+
+    def __enter__(self) -> SchedulerProcesses:
+        from distributed import Client
+
+        with Client(self.address, timeout=TIMEOUT) as client:
+            client.wait_for_workers(len(self.workers), timeout=TIMEOUT)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in [self.scheduler, *self.workers]:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(30)
+        for log in self.logs:
+            log.close()

@@ -72,8 +72,34 @@ def connect(spec: str) -> Iterator[Any]:
             client = Client(spec, timeout=CONNECT_TIMEOUT)
         except OSError as e:  # distributed raises OSError("Timed out trying to connect ...")
             raise ConnectionError(f"cannot reach the Dask scheduler at {spec} ({e})".replace("\n", " ")) from e
-        with client:
+        with client, _scheduler_loss(client, spec):
             yield client
+
+
+@contextmanager
+def _scheduler_loss(client: Any, spec: str) -> Iterator[None]:
+    """Turn what the work inside raises after the scheduler at ``spec`` was lost into one clear
+    ``ConnectionError``. When its connection closes (a killed scheduler; a silent loss, a machine gone, is
+    noticed by TCP keepalive within ``distributed.comm.timeouts.tcp``, 30 s, which Dask sets on its sockets:
+    not tested here), the client cancels every future at once, which raises
+    in whoever waits on them (``FuturesCancelledError``), and tries to reconnect for ``CONNECT_TIMEOUT`` before
+    it closes itself; its workers stop. Whatever fails meanwhile says so in Dask's words (a cancelled future, a
+    closed connection pool, a closed worker): here it says which scheduler was lost."""
+    try:
+        yield
+    except Exception as e:
+        if client.status == "running":
+            raise
+        cause = " ".join(f"{type(e).__name__}: {e}".split())
+        cause = cause if len(cause) <= 200 else cause[:197] + "..."
+        raise ConnectionError(f"lost the Dask scheduler at {spec} (the client is {client.status}; {cause})") from e
+
+
+def require_connected(client: Any) -> None:
+    """Raise ``ConnectionError`` unless ``client`` is connected to its scheduler: work submitted while it tries
+    to reconnect would wait for the reconnection (``CONNECT_TIMEOUT``) and then fail in Dask's words."""
+    if client.status != "running":
+        raise ConnectionError(f"the Dask client is {client.status}, not connected to its scheduler")
 
 
 def ordered_map(client: Any, fn: Any, items: Iterable[tuple[Any, tuple[Any, ...]]], window: int
@@ -81,9 +107,11 @@ def ordered_map(client: Any, fn: Any, items: Iterable[tuple[Any, tuple[Any, ...]
     """``(tag, fn(*arguments))`` for each ``(tag, arguments)`` of ``items``, computed on the cluster's workers
     with at most ``window`` tasks in flight, yielded in input order (``items`` is read lazily, so a large input
     is never all in memory). A task whose worker dies is rerun elsewhere by the scheduler (Dask reschedules the
-    tasks of a lost worker); an exception in ``fn`` is raised here."""
+    tasks of a lost worker); an exception in ``fn`` is raised here, and a lost scheduler stops the loop before
+    the next submission (``require_connected``)."""
     pending: deque[tuple[Any, Any]] = deque()
     for tag, arguments in items:
+        require_connected(client)
         pending.append((tag, client.submit(fn, *arguments, pure=False)))
         if len(pending) >= window:
             first, future = pending.popleft()

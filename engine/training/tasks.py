@@ -29,6 +29,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from engine.training.cluster import require_connected
+
 OnBatch = Callable[[int, int], None]
 POLL_SECONDS = 0.5  # the driver's wait between progress reports (and cancellation checks)
 REPORT_SECONDS = 0.5  # a task's least interval between progress events
@@ -88,6 +90,7 @@ class ClusterMap:
         if not arguments:
             return []
         client = self.client
+        require_connected(client)
         [shipped] = client.scatter([dumps(fn)], broadcast=True, hash=False)
         topic = f"bp-tasks-{uuid.uuid4().hex}" if on_batch is not None else None
         futures = [client.submit(run_task, shipped, k, tuple(a), topic, pure=False, key=f"run_task-{uuid.uuid4().hex}")
@@ -118,6 +121,7 @@ class ClusterMap:
                     f.result()  # raises the task's exception (or CancelledError)
             pending = [f for f in pending if f.status != "finished"]
             if on_batch is not None and topic is not None:
+                require_connected(self.client)  # a call to a lost scheduler would wait out the connect timeout
                 events = self.client.get_events(topic)
                 for _, event in events[seen:]:
                     done, total = counts.get(event["task"], (0, event["total"]))

@@ -9,7 +9,9 @@ failed, cancelled or killed (SIGTERM) run leaves no model behind.
 With ``PARSER_DASK_SCHEDULER`` set (``Settings().dask_scheduler``, read in the child), the training runs on that
 Dask cluster (``TrainOptions.cluster``, as ``train --cluster``): the independent trainings are its tasks, the
 progress comes back between the child's waits, and a cancel request cancels the tasks at the next check. An
-unreachable scheduler fails the job with a one-line ``ConnectionError`` before any training.
+unreachable scheduler fails the job with a one-line ``ConnectionError`` before any training, and a scheduler
+lost mid-job fails it at once with ``ConnectionError: lost the Dask scheduler at ...``
+(``engine.training.cluster.connect``); either way the temporary model directory is removed: no model.
 
 This module imports numpy only inside ``run_job``, after limiting the numeric libraries to one thread.
 """

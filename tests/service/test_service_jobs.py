@@ -412,11 +412,14 @@ def test_failures_never_leave_a_model(layout: DataLayout, treebanks: dict[str, P
 def test_worker_command(layout: DataLayout, treebanks: dict[str, Path]) -> None:
     store = JobStore(layout.database)
     _submit(store, layout, "w", treebanks["small"], name="tiny", epochs=1, dim=2**12)
+    health = layout.data_dir / "alive"
     proc = subprocess.Popen([sys.executable, "-m", "service.worker", "--data-dir", str(layout.data_dir),
-                             "--poll-seconds", "0.1", "--node", "worker-test"], cwd=REPO,
+                             "--poll-seconds", "0.1", "--node", "worker-test", "--health-file", str(health)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait(lambda: store.get("w").status == "succeeded", 60, "the worker to train the job")  # type: ignore[union-attr]
+        touched = health.stat().st_mtime  # docker-compose.yml's `jobs` health check reads its age
+        _wait(lambda: health.stat().st_mtime > touched, 10, "the health file to be touched again")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=15)
     finally:

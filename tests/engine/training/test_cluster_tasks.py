@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -146,3 +147,37 @@ def test_second_order_seeds_on_the_cluster_give_the_sequential_model(cluster: An
     train_model(path, path, tmp_path / "two", TrainOptions(**options, cluster=cluster.scheduler_address),
                 pruner_path=tmp_path / "pruner", progress=False)
     assert_same_model(tmp_path / "one", tmp_path / "two")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("data_parallel", [False, True])
+def test_a_killed_scheduler_fails_the_training_with_one_connection_error(ewt_dir: Path, tmp_path: Path,
+                                                                         data_parallel: bool) -> None:
+    """``train --cluster tcp://...`` whose ``dask scheduler`` is SIGKILLed mid-training (after the first progress
+    of the seeds' tasks; of the data-parallel epoch's batches with one seed): ``ConnectionError`` naming the lost
+    scheduler, soon (the client cancels its futures at once; no wait on a scheduler that is gone), and no model
+    written. The first-order CLL of one seed talks to its workers' actors directly: those stop with their
+    scheduler, which fails it alike."""
+    from cluster_helpers import SchedulerProcesses
+
+    from engine.training.pipeline import train_model
+
+    path = _subset(ewt_dir, tmp_path, 150)
+    killed: list[float] = []
+    start: list[float] = []
+    with SchedulerProcesses(tmp_path / "dask") as dask:
+        def on_progress(fraction: float, stage: str) -> None:
+            if stage == "training" and not start:
+                start.append(fraction)  # the stage's start: batches are done beyond it
+            elif stage == "training" and fraction > start[0] and not killed:
+                dask.scheduler.send_signal(signal.SIGKILL)
+                killed.append(time.monotonic())
+
+        options = TrainOptions(epochs=20, dim=1 << 18, components=("parser",), batch_size=8,
+                               seeds=1 if data_parallel else 2, cluster=dask.address)
+        with pytest.raises(ConnectionError, match=f"^lost the Dask scheduler at {dask.address} ") as error:
+            train_model(path, None, tmp_path / "model", options, progress=False, on_progress=on_progress)
+        # well under a second when the tasks are waited on; 30 s (the connect timeout) at most if a call to the
+        # scheduler starts in the instant before the client notices the loss: a deadline for a hang, not a pace
+        assert killed and time.monotonic() - killed[0] < 60, error.value
+    assert not (tmp_path / "model").exists()
