@@ -30,7 +30,7 @@ from engine.constituency.grammar import AnchoredTree
 from engine.constituency.inside_outside import inside_outside
 from engine.constituency.latent import Counts, LatentModel, SentenceFeatures, product_factor, split_product
 
-__all__ = ["INFERENCE", "Prepared", "SentenceResult", "compact_mask", "sentence_gradient"]
+__all__ = ["INFERENCE", "Prepared", "SentenceResult", "compact_mask", "expand_mask", "sentence_gradient"]
 
 INFERENCE = ("ep", "adf", "exact", "independent")
 
@@ -51,12 +51,17 @@ class Prepared:
     gold: AnchoredTree
 
     def span_mask(self, n_labels: int) -> SpanMask:
-        n, bot, top = self.mask
-        shape = (n + 1, n + 1, n_labels)
-        b, t = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
-        b.ravel()[bot] = True
-        t.ravel()[top] = True
-        return SpanMask(b, t)
+        return expand_mask(self.mask, n_labels)
+
+
+def expand_mask(compact: tuple[int, np.ndarray, np.ndarray], n_labels: int) -> SpanMask:
+    """The :class:`SpanMask` of :func:`compact_mask`'s output."""
+    n, bot, top = compact
+    shape = (n + 1, n + 1, n_labels)
+    b, t = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
+    b.ravel()[bot] = True
+    t.ravel()[top] = True
+    return SpanMask(b, t)
 
 
 @dataclass(frozen=True)
