@@ -149,6 +149,18 @@ class LatentModel:
             blocks.append(block)
         return replace(model, theta=np.concatenate(blocks))
 
+    def grown(self, settings: LatentSettings) -> LatentModel:
+        """A model of ``settings.factors`` factors whose first ones are this model's and the others new (noise
+        alone, no warm start: the product starts as this model): the brief's warm start of ``M`` factors from the
+        ``M - 1``-factor weights."""
+        if settings.factors < self.settings.factors or settings.substates != self.settings.substates:
+            raise ValueError(f"cannot grow {self.settings.factors} factors of {self.settings.substates} substates "
+                             f"into {settings.factors} of {settings.substates}")
+        settings = replace(settings, word_threshold=self.settings.word_threshold, warm_start=False)
+        theta = LatentModel.initial(self.xbar, self.features, settings).theta
+        theta[:len(self.theta)] = self.theta
+        return LatentModel(self.xbar, self.features, settings, theta)
+
     def with_theta(self, theta: FloatArray) -> LatentModel:
         return replace(self, theta=theta)
 

@@ -172,14 +172,20 @@ def _mean(values: list[int] | list[bool]) -> float | None:
 
 
 def train_latent(trees: Sequence[Tree], dev: Sequence[Tree], latent: LatentSettings, settings: TrainSettings,
-                 progress: bool = False, dictionary: Mapping[str, int] | None = None) -> Trained:
+                 progress: bool = False, dictionary: Mapping[str, int] | None = None,
+                 init: LatentModel | None = None) -> Trained:
     """Train the factored latent model on cleaned trees (module docstring); ``dev`` may be empty (the best
     epoch is then the one of lowest training loss). ``dictionary``: the tag dictionary's thresholds
-    (``xbar.train_xbar``; tiny test treebanks)."""
+    (``xbar.train_xbar``; tiny test treebanks). ``init``: a trained model of fewer factors (same training
+    trees) whose X-bar PCFG, features and weights start this one (``LatentModel.grown``)."""
     start = time.perf_counter()
-    xbar = train_xbar(trees, dictionary=dictionary)
-    features = LexicalFeatures.from_words((w for t in trees for w in t.leaves()), xbar.tags, latent.word_threshold)
-    model = LatentModel.initial(xbar, features, latent)
+    if init is not None:
+        model = init.grown(latent)
+        xbar = model.xbar
+    else:
+        xbar = train_xbar(trees, dictionary=dictionary)
+        words = (w for t in trees for w in t.leaves())
+        model = LatentModel.initial(xbar, LexicalFeatures.from_words(words, xbar.tags, latent.word_threshold), latent)
     train = _prepare(xbar, model, trees, True, settings.max_length)
     devs = _prepare(xbar, model, dev, False, settings.max_length)
     _STATE.update(model=model, settings=settings, train=train, dev=devs)

@@ -74,3 +74,20 @@ def test_parser_marginals_are_the_models() -> None:
     assert approx is not None and ep.converged == [True]
     assert np.abs(approx.mu_bot - marginals.mu_bot).max() < 0.05
     assert abs(approx.mu_top[0, n].sum() - 1) < 1e-9
+
+
+def test_a_grown_model_starts_as_the_smaller_one() -> None:
+    """Two factors warm-started from a trained one-factor model: the first factor is the trained one, the new
+    one noise alone, so the exact product parses (nearly) as the one-factor model did; training continues."""
+    one = trained(factors=1, epochs=2).model
+    two = one.grown(LatentSettings(factors=2, noise=1e-9))
+    np.testing.assert_array_equal(two.theta[:len(one.theta)], one.theta)
+    assert np.abs(two.theta[len(one.theta):]).max() < 1e-7
+    words = TREES[4].leaves()
+    _, small = LatentParser(one, "exact").parse_with_marginals(words)
+    _, big = LatentParser(two, "exact").parse_with_marginals(words)
+    assert small is not None and big is not None
+    np.testing.assert_allclose(big.mu_bot, small.mu_bot, atol=1e-6)
+    settings = TrainSettings(epochs=1, batch_size=7, learning_rate=0.05, l2=0.0)
+    result = train_latent(TREES, TREES, LatentSettings(factors=2), settings, init=one)
+    assert len(result.model.theta) == len(two.theta) and result.history[0]["dev_f1"] >= 90
