@@ -11,5 +11,9 @@ The second formalism of the engine (issue 26). Layout, bottom to top:
   anchored items (scaled; ``reference`` is the log-space oracle), projection onto anchored PCFGs, EP and ADF.
 - ``xbar``, ``dense``, ``pruning``, ``decode``, ``viterbi``, ``baseline``: the generative X-bar PCFG, its dense
   one-substate inside-outside over the unpruned chart, coarse pruning by its posteriors, Max-Recall and Viterbi
-  decoding, the baseline parser end to end; ``commands``: the constituency side of ``python -m engine``.
+  decoding, the baseline parser end to end;
+- ``features``, ``latent``, ``objective``, ``latent_train``, ``latent_parser``: the discriminative factored latent
+  model (lexical features, per-factor weights and the factors they make, the gradient map), its training
+  objective under exact / EP / ADF / independent inference, the trainer, and its parser (EP, Max-Recall);
+  ``commands``: the constituency side of ``python -m engine``.
 """

@@ -47,7 +47,7 @@ class LatentSettings:
     ``substates`` K per split label (>= 2), ``noise`` (>= 0), ``seed``, ``warm_start``, ``word_threshold``
     (>= 1: training count from which a word is its own feature, else its signature)."""
 
-    factors: int = 1
+    factors: int = 2
     substates: int = 2
     noise: float = 0.01
     seed: int = 0
