@@ -9,6 +9,7 @@ from typing import Any
 
 from engine.constituency.commands import INPUT_FORMATS as CONSTITUENCY_INPUTS
 from engine.constituency.commands import OUTPUT_FORMATS as CONSTITUENCY_OUTPUTS
+from engine.constituency.objective import INFERENCE as CONSTITUENCY_INFERENCE
 from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TAG_AVERAGES
 from engine.inference.bp import SCHEDULES
 from engine.inference.settings import method_settings
@@ -21,8 +22,9 @@ from engine.training.morphology import MORPHOLOGY_COMPONENTS
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a model (conditional log-likelihood, or approximation-aware --objective)")
     p.add_argument("--formalism", choices=["dependency", "constituency"], default="dependency",
-                   help="dependency (CoNLL-U) or constituency (Penn Treebank .mrg files; for now this trains the "
-                   "generative X-bar PCFG baseline, decoded by Max-Recall, and ignores the dependency options)")
+                   help="dependency (CoNLL-U) or constituency (Penn Treebank .mrg files: the factored latent PCFG of "
+                   "--factors one-bit factors trained with --inference, or with --factors 0 the generative X-bar "
+                   "PCFG; see docs/constituency.md for which dependency options it reads)")
     p.add_argument("--train", required=True, nargs="+", help="training treebank (CoNLL-U; constituency: .mrg "
                    "files or folders, several allowed)")
     p.add_argument("--dev", nargs="+", help="development treebank for choosing the best epoch (CoNLL-U); the trained "
@@ -33,6 +35,15 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                    help="do not run `calibrate --model OUT --data DEV` after training (default: run it when --dev "
                    "is given and training was not interrupted; it parses the dev set once more)")
     train_options.add_arguments(p)  # one flag per TrainOptions field (engine.training.options)
+    p.add_argument("--inference", choices=CONSTITUENCY_INFERENCE, default=None,
+                   help="constituency: how log Z and its gradient are computed in training (default: ep; "
+                   "independent: each factor a model of its own, parsed with EP)")
+    p.add_argument("--ep-sweeps", type=int, default=None, help="constituency: at most N EP sweeps per sentence "
+                   "(training and the model's parsing; default 4, the paper's)")
+    p.add_argument("--workers", type=int, default=None, help="constituency: processes computing a batch's "
+                   "gradients and the dev parses (default 1)")
+    p.add_argument("--init", help="constituency: a trained latent model of fewer factors (same --train) whose "
+                   "X-bar PCFG, features and weights start the new one; the added factors start from noise")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--pruner", help="first-order model for arc pruning and warm start (--order 2); "
                    "default: train one first")

@@ -14,5 +14,10 @@ The second formalism of the engine (issue 26). Layout, bottom to top:
   ``baseline``: the generative X-bar PCFG, its dense one-substate inside-outside over the unpruned chart, coarse
   pruning by its posteriors, Max-Recall and Viterbi decoding, max-plus Viterbi over anchored items with any item
   scores (the pruned forest's oracle tree, Petrov's product decoding of several factors), the baseline parser
-  end to end; ``commands``: the constituency side of ``python -m engine``.
+  end to end;
+- ``features``, ``latent``, ``objective``, ``latent_train``, ``latent_parser``: the discriminative factored latent
+  model (lexical features, per-factor weights and the factors they make, the gradient map), its training
+  objective under exact / EP / ADF / independent inference, the trainer, and its parser (EP, Max-Recall);
+  ``outputs``, ``spelling``, ``bootstrap``: answers with posteriors, Penn Treebank spelling, paired bootstrap of
+  EVALB F1; ``commands``: the constituency side of ``python -m engine``.
 """

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from nltk import Tree  # type: ignore[import-untyped]
@@ -34,7 +34,16 @@ from engine.constituency.pruning import PRUNING_THRESHOLD, gold_coverage, prune_
 from engine.constituency.viterbi import viterbi
 from engine.constituency.xbar import XbarPCFG, chain_choice
 
-__all__ = ["XbarParser", "parse_trees"]
+__all__ = ["SentenceParser", "XbarParser", "parse_trees"]
+
+
+class SentenceParser(Protocol):
+    """What :func:`parse_trees` (and the service) need of a constituency parser: the tree and the coarse
+    marginals of a sentence, and a count of the sentences it could only parse by a fallback."""
+
+    failures: int
+
+    def parse_with_marginals(self, words: Sequence[str]) -> tuple[Tree, DenseMarginals | None]: ...
 
 
 @dataclass
@@ -161,14 +170,16 @@ class _PruningReport:
         }
 
 
-def parse_trees(parser: XbarParser, gold: Sequence[Tree], pruning: bool = False) -> dict[str, Any]:
+def parse_trees(parser: SentenceParser, gold: Sequence[Tree], pruning: bool = False) -> dict[str, Any]:
     """Parse the words of ``gold`` and score with EVALB (``evalb.EvalbResult.to_json``: ``sentences`` are those
     of at most 40 words, ``sentences_all`` all) plus ``words`` (all), ``seconds`` (parsing alone, wall clock),
     ``cpu_seconds`` (the same in CPU time of the process), ``words_per_second``, ``sentences_per_second`` (wall
     clock), ``no_tree`` (sentences parsed flat, no tree in the grammar); with ``pruning``, the pruning statistics
     (:class:`_PruningReport`, ``pruning_*``; their time is not counted)."""
     test, seconds, cpu, failures_before = [], 0.0, 0.0, parser.failures
-    report = _PruningReport(parser) if pruning else None
+    if pruning and not isinstance(parser, XbarParser):
+        raise TypeError("pruning statistics are those of the X-bar parser's masks")
+    report = _PruningReport(parser) if pruning and isinstance(parser, XbarParser) else None
     for tree in gold:
         start, cpu_start = time.perf_counter(), time.process_time()
         parsed, marginals = parser.parse_with_marginals(tree.leaves())

@@ -27,7 +27,7 @@ def trained(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     (tmp_path / "dev.mrg").write_text(SENTENCE + "\n", encoding="utf-8")
     out = tmp_path / "model"
     assert main(["train", "--formalism", "constituency", "--train", str(tmp_path / "corpus"), "--dev",
-                 str(tmp_path / "dev.mrg"), "--out", str(out)]) == 0
+                 str(tmp_path / "dev.mrg"), "--out", str(out), "--factors", "0"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["sentences"] == 3 and summary["dev"]["f1"] == 100.0
     return out
