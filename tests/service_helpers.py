@@ -40,14 +40,16 @@ CONSTITUENCY_TREEBANK = (
 """A tiny hand-written Penn-Treebank-style treebank for constituency models (never PTB data in tests)."""
 
 
-def train_constituency(out: Path) -> Path:
-    """An X-bar constituency model of ``CONSTITUENCY_TREEBANK`` in ``out`` (e.g. ``<data>/models/<name>/v1``)."""
+def train_constituency(out: Path, *options: str) -> Path:
+    """A constituency model of ``CONSTITUENCY_TREEBANK`` in ``out`` (e.g. ``<data>/models/<name>/v1``): the X-bar
+    PCFG, or with ``options`` (e.g. ``"--factors", "2"``) what ``train --formalism constituency`` makes of them."""
     from engine.cli import main
 
     out.parent.mkdir(parents=True, exist_ok=True)
     source = out.parent / f".{out.name}.mrg"
     source.write_text(CONSTITUENCY_TREEBANK, encoding="utf-8")
-    assert main(["train", "--formalism", "constituency", "--train", str(source), "--out", str(out)]) == 0
+    assert main(["train", "--formalism", "constituency", "--train", str(source), "--out", str(out),
+                 *(options or ("--factors", "0"))]) == 0
     source.unlink()
     return out
 

@@ -186,6 +186,7 @@ def _train_latent(args: argparse.Namespace, factors: int) -> int:
         if best is not None and "dev_f1" in best:
             manifest["metrics"] = {"dev": {"f1": best["dev_f1"], "f1_all": best["dev_f1_all"],
                                            "exact_match": best["dev_exact_match"]}}
+            summary["dev"] = manifest["metrics"]["dev"]  # the best epoch's, as the X-bar summary's "dev"
         summary["dev_f1"] = [round(h["dev_f1"], 2) for h in trained.history if "dev_f1" in h]
     save_model(args.out, manifest, model.arrays())
     print(json.dumps(summary, indent=2))

@@ -28,6 +28,7 @@ is how approximation-aware training runs its layer-wise stages (``engine.trainin
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -133,7 +134,7 @@ class EpochLoop:
         shown = ", ".join(f"{k} {v:.4f}" for k, v in entry.items() if k != "epoch" and isinstance(v, float))
         log.info("%sepoch %d%s: %s", self.name, self.epoch, note, shown)
         if self.progress:
-            tqdm.write(f"{self.name}epoch {self.epoch}{note}: {shown}")
+            tqdm.write(f"{self.name}epoch {self.epoch}{note}: {shown}", file=sys.stderr)  # stdout: the summary
         if score is not None and score > self.best_score:
             self.best = [c.copy() for c in current]
             self.best_score, self.best_epoch = score, self.epoch

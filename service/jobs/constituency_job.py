@@ -18,13 +18,14 @@ from typing import Any
 
 from service.jobs.store import Job
 
-METRICS = ("sentences", "labels", "binary_rules", "unary_rules", "train_seconds", "dev")
+METRICS = ("kind", "factors", "sentences", "labels", "binary_rules", "unary_rules", "best_epoch", "epoch_seconds",
+           "train_seconds", "dev")
 """What a succeeded job reports of the trainer's summary (``dev``: EVALB on the dev upload, when given)."""
 
 
 def arguments(job: Job, out: Path) -> list[str]:
     """The ``python -m engine train`` command line that trains this job's model into ``out``."""
-    argv = ["train", "--formalism", "constituency", "--train", str(job.train_path), "--out", str(out)]
+    argv = ["train", "--formalism", "constituency", "--train", str(job.train_path), "--out", str(out), "--quiet"]
     if job.dev_path:
         argv += ["--dev", str(job.dev_path)]
     return argv

@@ -26,6 +26,7 @@ TREEBANK = CONSTITUENCY_TREEBANK
 KEY = "constituency-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 NAME = "tiny-ptb"
+LATENT = "tiny-latent"
 MAX_WORDS = 12
 
 
@@ -34,6 +35,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The service's data directory with ``tiny-ptb`` v1 in its trained models."""
     tmp = tmp_path_factory.mktemp("constituency")
     train_constituency(tmp / "data" / "models" / NAME / "v1")
+    train_constituency(tmp / "data" / "models" / LATENT / "v1", "--factors", "2", "--epochs", "2")
     return tmp
 
 
@@ -72,6 +74,23 @@ def test_parse_and_marginals_are_the_engines(client: TestClient, model_dir: Path
     assert [c["layer"] for c in parsed["sentences"][1]["constituents"]] == ["bot", "top", "bot", "top", "inner"]
     got = client.get("/marginals", params={"model": NAME, "tokens": sentences[1]})
     assert got.status_code == 200 and got.json()["sentences"] == spans["sentences"][1:]
+
+
+def test_a_latent_model_answers_as_the_engine(client: TestClient, model_dir: Path) -> None:
+    """The EP-trained factored model (two one-bit factors) behind the same routes: the engine's trees and
+    posteriors, each a probability."""
+    parser = load(model_dir / "data" / "models" / LATENT / "v1")
+    models = {m["name"]: m for m in client.get("/models").json()["models"]}
+    assert models[LATENT]["formalism"] == "constituency" and models[LATENT]["settings"]["model"] == "latent-pcfg"
+    sentences = [["the", "dog", "saw", "a", "cat", "."], ["he", "said", "``", "look", "''", "."]]
+    parsed = post(client, "/parse", {"model": LATENT, "tokens": sentences})
+    spans = post(client, "/marginals", {"model": LATENT, "tokens": sentences})
+    for words, p, s in zip(sentences, parsed["sentences"], spans["sentences"], strict=True):
+        tree, marginals = parser.parse_with_marginals(words)
+        assert marginals is not None and p == parse_answer(tree, marginals, parser.model.grammar)
+        assert s == span_answer(words, marginals, parser.model.grammar)
+        assert Tree.fromstring(p["tree"]).leaves() == words
+        assert all(0 <= c["prob"] <= 1 for c in p["constituents"] if c["prob"] is not None)
 
 
 def test_text_is_tokenized_and_spelled_as_the_treebank(client: TestClient) -> None:
