@@ -12,6 +12,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from engine.cli_parse import (
 )
 from engine.constituency import commands as constituency
 from engine.constituency.evalb import EvalbError
+from engine.constituency.spelling import ptb_words
 from engine.constituency.treebank import TreebankError
 from engine.data.conllu_io import (
     ConlluError,
@@ -255,12 +257,26 @@ def _score_gold_tokens(args: argparse.Namespace, parse: Any, gold: list[Any],
     return scores, parsed, inputs
 
 
+SHIPPED_TOKENIZER = Path(__file__).resolve().parents[1] / "models" / "en_ewt"
+"""The model whose tokenizer splits raw text for a constituency model by default (the service uses its default
+model's)."""
+
+
+def _ptb_tokenizer(args: argparse.Namespace) -> Callable[[str], list[list[str]]]:
+    """Raw text -> sentences of words in the Penn Treebank's spelling, by ``--tokenizer-model``'s tokenizer."""
+    path = Path(args.tokenizer_model) if args.tokenizer_model else SHIPPED_TOKENIZER
+    pipeline = Pipeline.load(path)
+    if pipeline.tokenizer is None:
+        raise UsageError(f"--tokenizer-model {path}: this model has no tokenizer")
+    return lambda text: [ptb_words(list(s.forms)) for s in pipeline.tokenize(text, args.blank_line)]
+
+
 def cmd_parse(args: argparse.Namespace) -> int:
     if constituency.is_model(args.model):
         if args.cluster:
             raise UsageError(f"--cluster: {args.model} is a constituency model, which parses in one process")
-        args.input_format = args.input_format or "tokens"
-        return constituency.parse(args)
+        args.input_format = args.input_format or ("text" if args.text is not None else "tokens")
+        return constituency.parse(args, tokenize=_ptb_tokenizer(args) if args.input_format == "text" else None)
     args.input_format = args.input_format or "conllu"
     if args.input_format in constituency.INPUT_FORMATS:
         raise UsageError(f"--input-format {args.input_format} is for constituency models; {args.model} is not one")

@@ -181,9 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-format", choices=["conllu", "text", *CONSTITUENCY_INPUTS], default=None,
                    help="conllu (words whose UPOS is '_' are tagged by the model's tagger) or raw text; for a "
                    "constituency model (which prints one bracketed tree per line) tokens (one sentence a line, words "
-                   "separated by single spaces, spelled as in the treebank) or ptb (bracketed trees, their words); "
+                   "separated by single spaces, spelled as in the treebank), ptb (bracketed trees, their words) or "
+                   "text (split by --tokenizer-model's tokenizer); "
                    "default: conllu, tokens for a constituency model")
     p.add_argument("--text", help="raw text to parse (instead of --input)")
+    p.add_argument("--tokenizer-model", metavar="MODEL", help="constituency models, raw text (--input-format text "
+                   "or --text): the model whose tokenizer splits the text into sentences and words, respelled as the "
+                   "Penn Treebank spells them (default: the shipped models/en_ewt, as the service does)")
     p.add_argument("--blank-line", choices=BLANK_LINE_MARKS, default=DEFAULT_BLANK_LINE,
                    help="raw text: a blank line starts a paragraph (# newpar) or a document (# newdoc); a single "
                    "line break is a space either way")

@@ -25,7 +25,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
@@ -223,22 +223,30 @@ def _write_trees(parser: XbarParser | LatentParser, sentences: Iterator[list[str
             out.write(parser.parse(words).pformat(margin=sys.maxsize) + "\n")
 
 
-def parse(args: argparse.Namespace) -> int:
+def parse(args: argparse.Namespace, tokenize: Callable[[str], list[list[str]]] | None = None) -> int:
     """``parse`` with a constituency model: one bracketed ``(TOP ...)`` tree per input sentence, or with
-    ``--output-format json`` one JSON object (``outputs.parse_answer``)."""
-    if args.input_format not in INPUT_FORMATS:
-        raise CommandError(f"a constituency model reads --input-format {' or '.join(INPUT_FORMATS)}, "
+    ``--output-format json`` one JSON object (``outputs.parse_answer``). ``--input-format text`` (or ``--text``):
+    ``tokenize`` splits the raw text into sentences of words in the treebank's spelling (the command line gives a
+    dependency model's tokenizer)."""
+    formats = (*INPUT_FORMATS, "text") if tokenize is not None else INPUT_FORMATS
+    if args.input_format not in formats:
+        raise CommandError(f"a constituency model reads --input-format {' or '.join(formats)}, "
                            f"not {args.input_format}")
-    if args.text is not None:
-        raise CommandError("--text is raw text: a constituency model reads --input-format tokens or ptb")
+    if args.text is not None and tokenize is None:
+        raise CommandError("--text is raw text: a constituency model reads it with --input-format text")
     output_format = getattr(args, "output_format", None) or "ptb"
     parser = load(args.model)
-    if args.input:
+    if args.text is not None:
+        text, name = args.text, "<text>"
+    elif args.input:
         with open(args.input, encoding="utf-8") as f:
             text, name = f.read(), str(args.input)
     else:
         text, name = sys.stdin.read(), "<stdin>"
-    sentences = list(read_sentences(text, name, args.input_format))  # every input error before any output
+    if tokenize is not None and args.input_format == "text":
+        sentences = [words for words in tokenize(text) if words]
+    else:
+        sentences = list(read_sentences(text, name, args.input_format))  # every input error before any output
     if args.output:
         with atomic_text(args.output) as out:
             _write_trees(parser, iter(sentences), out, output_format)

@@ -83,3 +83,20 @@ def test_bad_input_exits_2_with_file_and_line(trained: Path, tmp_path: Path,
     assert "constituency model reads" in capsys.readouterr().err
     assert main(["train", "--train", "a.conllu", "b.conllu", "--out", str(tmp_path / "m3")]) == 2
     assert "--train takes one CoNLL-U file" in capsys.readouterr().err
+
+
+def test_parse_raw_text_with_the_shipped_tokenizer(trained: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``--input-format text`` (and ``--text``): the shipped en_ewt tokenizer splits the sentences and words, which
+    are respelled as the treebank spells them (``(`` -> ``-LRB-``, ``"`` -> ```` ``/'' ````)."""
+    (tmp_path / "in.txt").write_text('The dog barked (loudly). The cat said "no".\n', encoding="utf-8")
+    assert main(["parse", "--model", str(trained), "--input", str(tmp_path / "in.txt"), "--input-format",
+                 "text"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [Tree.fromstring(line).leaves() for line in lines] == [
+        ["The", "dog", "barked", "-LRB-", "loudly", "-RRB-", "."], ["The", "cat", "said", "``", "no", "''", "."]]
+    assert main(["parse", "--model", str(trained), "--text", "The dog barked."]) == 0
+    assert [Tree.fromstring(line).leaves() for line in capsys.readouterr().out.splitlines()] == [
+        ["The", "dog", "barked", "."]]
+    assert main(["parse", "--model", str(trained), "--text", "x", "--tokenizer-model", str(trained)]) == 2
+    assert "error:" in capsys.readouterr().err
