@@ -42,6 +42,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                    "(training and the model's parsing; default 4, the paper's)")
     p.add_argument("--workers", type=int, default=None, help="constituency: processes computing a batch's "
                    "gradients and the dev parses (default 1)")
+    p.add_argument("--substates", type=int, default=None, help="constituency: substates K of each split label in "
+                   "every factor (default 2: one-bit factors; --factors 1 --substates 4 is the paper's single "
+                   "4-state baseline)")
     p.add_argument("--init", help="constituency: a trained latent model of fewer factors (same --train) whose "
                    "X-bar PCFG, features and weights start the new one; the added factors start from noise")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

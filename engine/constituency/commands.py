@@ -162,7 +162,13 @@ def _train_latent(args: argparse.Namespace, factors: int) -> int:
         if not isinstance(parser, LatentParser):
             raise CommandError(f"--init {args.init}: not a {LATENT_MODEL} model")
         init = parser.model
-    trained = train_latent(trees, dev, LatentSettings(factors=factors), settings, progress=not args.quiet, init=init)
+    substates = getattr(args, "substates", None)
+    try:
+        shape = LatentSettings(factors=factors) if substates is None else LatentSettings(factors=factors,
+                                                                                          substates=substates)
+    except ValueError as e:
+        raise CommandError(str(e)) from e
+    trained = train_latent(trees, dev, shape, settings, progress=not args.quiet, init=init)
     seconds = time.perf_counter() - start
     model = trained.model
     best = next((h for h in trained.history if h["epoch"] == trained.best_epoch), None)

@@ -100,3 +100,17 @@ def test_parse_raw_text_with_the_shipped_tokenizer(trained: Path, tmp_path: Path
         ["The", "dog", "barked", "."]]
     assert main(["parse", "--model", str(trained), "--text", "x", "--tokenizer-model", str(trained)]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_substates_shape_a_latent_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--factors 1 --substates 4``: the single 4-state model (Table 1's reference row); a bad K exits 2."""
+    (tmp_path / "a.mrg").write_text(TRAIN, encoding="utf-8")
+    out = tmp_path / "k4"
+    assert main(["train", "--formalism", "constituency", "--train", str(tmp_path / "a.mrg"), "--out", str(out),
+                 "--factors", "1", "--substates", "4", "--epochs", "1", "--quiet"]) == 0
+    manifest = read_manifest(out)
+    assert manifest["model"] == "latent-pcfg" and manifest["latent"]["factors"] == 1
+    assert manifest["latent"]["substates"] == 4
+    assert main(["train", "--formalism", "constituency", "--train", str(tmp_path / "a.mrg"), "--out",
+                 str(tmp_path / "bad"), "--substates", "1", "--quiet"]) == 2
+    assert "substates" in capsys.readouterr().err
