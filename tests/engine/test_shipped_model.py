@@ -81,3 +81,21 @@ def test_default_pipeline_parses_raw_text_end_to_end() -> None:
     assert lemmas == ["I", "can", "not", "believe", "it", "be", "already", "November", "."]
     assert feats[0] == "Case=Nom|Number=Sing|Person=1|PronType=Prs" and feats[2] == "Polarity=Neg"
     assert probs is not None and all(0 < x <= 1 for x in probs)
+
+
+def test_the_shipped_constituency_model_is_the_documented_one() -> None:
+    """``models/ptb-epic``: the factored latent PCFG trained on wsj_0001-0159 of the PTB sample, best epoch on
+    wsj_0160-0179 (issue 26), arrays + manifest only, small; it parses a sentence into a tree of its words."""
+    from engine.constituency.commands import load
+    from engine.model.store import read_manifest
+
+    path = Path(__file__).resolve().parents[2] / "models" / "ptb-epic"
+    manifest = read_manifest(path)
+    assert manifest["formalism"] == "constituency" and manifest["model"] == "latent-pcfg"
+    assert manifest["name"] == "ptb-epic"
+    assert [f["file"] for f in manifest["training"]["train_files"]] == [f"wsj_{i:04d}.mrg" for i in range(1, 160)]
+    assert [f["file"] for f in manifest["training"]["dev_files"]] == [f"wsj_{i:04d}.mrg" for i in range(160, 180)]
+    assert sum(p.stat().st_size for p in path.iterdir()) < 12 * 2**20
+    assert not [p for p in path.iterdir() if p.suffix not in (".npy", ".json")]
+    words = "The company said its profit rose 5 % in the third quarter .".split()
+    assert load(path).parse(words).leaves() == words

@@ -436,3 +436,18 @@ def test_service_parse_reports_sentence_confidence(client: TestClient) -> None:
         assert s["p_tree_source"] == "estimate" and 0.0 < s["p_tree"] < 1.0
     r = client.post("/parse", json={"conllu": CONLLU, "output": "conllu", "model": "en_ewt-o1"})
     assert "\n# p_tree = " in r.text and "\n# p_tree_source = exact\n" in r.text and "# expected_errors = " in r.text
+
+
+def test_the_shipped_constituency_model_parses_out_of_the_box(client: TestClient) -> None:
+    """``models/ptb-epic`` (issue 26) is listed with its formalism and answers ``/parse`` and ``/marginals``."""
+    models = {m["name"]: m for m in client.get("/models").json()["models"]}
+    assert models["ptb-epic"]["formalism"] == "constituency" and models["en_ewt"]["formalism"] == "dependency"
+    r = client.post("/parse", json={"model": "ptb-epic", "text": "Stocks rose (slightly) on Friday."})
+    assert r.status_code == 200, r.text
+    [sentence] = r.json()["sentences"]
+    assert sentence["words"] == ["Stocks", "rose", "-LRB-", "slightly", "-RRB-", "on", "Friday", "."]
+    assert sentence["tree"].startswith("(TOP ") and not sentence["fallback"]
+    assert sentence["constituents"] and all(0.0 <= c["prob"] <= 1.0 for c in sentence["constituents"]
+                                            if c["prob"] is not None)
+    r = client.post("/marginals", json={"model": "ptb-epic", "tokens": [["Stocks", "rose", "."]]})
+    assert r.status_code == 200 and r.json()["sentences"][0]["spans"][0][3] == pytest.approx(1.0)
