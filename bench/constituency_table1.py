@@ -41,7 +41,7 @@ DECODERS = ("adf", "ep", "exact", "petrov")
 
 def decode_all(parser: LatentParser, gold: list[Tree], decoders: list[str]) -> dict[str, tuple[list[Tree], float]]:
     """Each decoder's trees of ``gold``'s words and its CPU seconds (the shared dense pruning pass excluded)."""
-    grammar, out = parser.model.grammar, {d: ([], 0.0) for d in decoders}
+    grammar = parser.model.grammar
     trees: dict[str, list[Tree]] = {d: [] for d in decoders}
     seconds = dict.fromkeys(decoders, 0.0)
     for tree in gold:
@@ -63,9 +63,7 @@ def decode_all(parser: LatentParser, gold: list[Tree], decoders: list[str]) -> d
                 parser.inference = d
                 trees[d].append(parser.decode(words, mask, dense)[0])
             seconds[d] += time.process_time() - start
-    for d in decoders:
-        out[d] = (trees[d], seconds[d])
-    return out
+    return {d: (trees[d], seconds[d]) for d in decoders}
 
 
 def main() -> None:
