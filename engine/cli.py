@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -28,10 +29,9 @@ from engine.cli_parse import (
     run_parse,
     tag_and_parse,
 )
-from engine.constituency import commands as constituency
-from engine.constituency.evalb import EvalbError
+from engine.constituency import contract as constituency
+from engine.constituency.contract import EvalbError, TreebankError
 from engine.constituency.spelling import ptb_words
-from engine.constituency.treebank import TreebankError
 from engine.data.conllu_io import (
     ConlluError,
     atomic_text,
@@ -56,6 +56,14 @@ from engine.training.pipeline import train_model
 log = logging.getLogger("engine")
 
 
+def _constituency_commands() -> ModuleType:
+    """The constituency side of the command line, imported when a command needs it: it brings nltk, whose
+    import costs about a second that a dependency command would otherwise pay (issue 20)."""
+    from engine.constituency import commands
+
+    return commands
+
+
 def _one(paths: list[str] | None, flag: str) -> str | None:
     """The single file a dependency command's ``flag`` takes (constituency commands take several)."""
     if paths is not None and len(paths) > 1:
@@ -65,7 +73,7 @@ def _one(paths: list[str] | None, flag: str) -> str | None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     if args.formalism == "constituency":
-        return constituency.train(args)
+        return _constituency_commands().train(args)
     args.train, args.dev = _one(args.train, "--train"), _one(args.dev, "--dev")
     try:
         options = train_options.from_arguments(args)
@@ -133,7 +141,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if constituency.is_model(args.model):
         if args.cluster:
             raise UsageError(f"--cluster: {args.model} is a constituency model, which evaluates in one process")
-        return constituency.evaluate(args)
+        return _constituency_commands().evaluate(args)
     args.data = _one(args.data, "--data")
     start = time.perf_counter()
     check_tag_samples(args)
@@ -276,7 +284,8 @@ def cmd_parse(args: argparse.Namespace) -> int:
         if args.cluster:
             raise UsageError(f"--cluster: {args.model} is a constituency model, which parses in one process")
         args.input_format = args.input_format or ("text" if args.text is not None else "tokens")
-        return constituency.parse(args, tokenize=_ptb_tokenizer(args) if args.input_format == "text" else None)
+        tokenize = _ptb_tokenizer(args) if args.input_format == "text" else None
+        return _constituency_commands().parse(args, tokenize=tokenize)
     args.input_format = args.input_format or "conllu"
     if args.input_format in constituency.INPUT_FORMATS:
         raise UsageError(f"--input-format {args.input_format} is for constituency models; {args.model} is not one")

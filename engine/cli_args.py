@@ -7,9 +7,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from engine.constituency.commands import INPUT_FORMATS as CONSTITUENCY_INPUTS
-from engine.constituency.commands import OUTPUT_FORMATS as CONSTITUENCY_OUTPUTS
-from engine.constituency.objective import INFERENCE as CONSTITUENCY_INFERENCE
+from engine.constituency.contract import INFERENCE as CONSTITUENCY_INFERENCE
+from engine.constituency.contract import INPUT_FORMATS as CONSTITUENCY_INPUTS
+from engine.constituency.contract import OUTPUT_FORMATS as CONSTITUENCY_OUTPUTS
 from engine.decode.tag_marginal import DEFAULT_TAG_AVERAGE, TAG_AVERAGES
 from engine.inference.bp import SCHEDULES
 from engine.inference.settings import method_settings

@@ -5,7 +5,8 @@ cached on disk (``cache=True``: beside the sources, or under ``NUMBA_CACHE_DIR``
 ``warm_up`` makes those first calls on tiny inputs of every type the parsers use, so that a service answers
 its first request at full speed and a container image can carry the compiled code (the Dockerfile runs it
 at build time). Kernels: ``engine.scoring.fused`` (arc potentials straight from the tokens, one per weight
-table type), ``engine.features.second_order`` (hashing of higher-order features), ``engine.graph.tags``
+table type), ``engine.features.second_order`` (hashing of higher-order features),
+``engine.scoring.triple_deltas`` (what a copy of a sentence under other tags changes in them), ``engine.graph.tags``
 (TAGLINK and CHAIN messages of joint tagging and parsing) and ``engine.constituency.kernel`` (inside-outside over
 anchored items, the live binary items of a pruning mask).
 """
@@ -21,10 +22,17 @@ from engine.constituency.factor import make_factor, substates
 from engine.constituency.grammar import Grammar
 from engine.constituency.inside_outside import inside_outside
 from engine.features.extract import FeatureExtractor
-from engine.features.second_order import default_second_order, extract_triples
+from engine.features.second_order import (
+    attribute_codes,
+    default_second_order,
+    extract_triples,
+    template_attributes,
+    triple_tables,
+)
 from engine.features.templates import ArcTemplate
 from engine.graph.tags import TagChain, TagLink
 from engine.scoring.fused import ArcScorer
+from engine.scoring.triple_deltas import copy_deltas
 
 
 class _Tokens:
@@ -40,6 +48,19 @@ def _constituency() -> None:
     factor = make_factor(grammar, np.zeros((1, 2, 2, 2)), np.zeros((4, 2, 2)), np.zeros((2, 3, 2)),
                          substates(grammar, 2))
     inside_outside(items, factor, AnchoredScores.zeros(items))
+
+
+def _copy_deltas(tokens: _Tokens, triples: np.ndarray) -> None:
+    """The higher-order potentials' change under a copy of the sentence, for each weight table type."""
+    templates = tuple(default_second_order(["sib"]))
+    attrs = template_attributes(templates)
+    codes = attribute_codes(tokens, attrs)
+    tables = triple_tables(tokens, templates, triples, codes=codes)
+    feats = extract_triples(tokens, templates, triples, 1 << 10)
+    one = np.zeros(1, dtype=np.int64)
+    for dtype in (np.float16, np.float32, np.float64):
+        weights = np.zeros(1 << 10, dtype=dtype)
+        copy_deltas(codes, tables[1:], one, one, len(codes), feats, np.zeros(feats.shape), weights, 0)
 
 
 def warm_up() -> float:
@@ -58,6 +79,7 @@ def warm_up() -> float:
     triples = np.array([[0, 1], [1, 2], [2, 3]])
     for family in ("grand", "sib"):
         extract_triples(tokens[0], tuple(default_second_order([family])), triples, 1 << 10)
+    _copy_deltas(tokens[0], triples)
     allowed = np.array([[True, False], [True, True], [True, True]])
     TagLink(2, np.array([0, 1]), np.array([1, 2]), np.zeros((2, 2, 2)), allowed).propagate(
         np.zeros(2), np.zeros((2, 2)), np.zeros((2, 2)))

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from engine.constituency.baseline import SentenceParser, XbarParser, parse_trees
+from engine.constituency.contract import FORMALISM, INPUT_FORMATS, OUTPUT_FORMATS, CommandError, is_model
 from engine.constituency.ep import EPSettings
 from engine.constituency.latent import LatentModel, LatentSettings
 from engine.constituency.latent_parser import LatentParser
@@ -39,32 +40,15 @@ from engine.constituency.outputs import parse_answer
 from engine.constituency.treebank import TreebankError, clean_tree, mrg_files, parse_text, read_trees
 from engine.constituency.xbar import XbarPCFG, train_xbar
 from engine.data.conllu_io import atomic_text
-from engine.model.store import ModelError, file_sha256, load_model, read_manifest, save_model
+from engine.model.store import ModelError, file_sha256, load_model, save_model
 
 __all__ = ["FORMALISM", "INPUT_FORMATS", "OUTPUT_FORMATS", "CommandError", "evaluate", "is_model", "parse",
            "read_sentences", "train"]
 
-FORMALISM = "constituency"
 MODEL = "xbar-pcfg"
 LATENT_MODEL = "latent-pcfg"
 LATENT_VERSION = 1  # the layout of theta and the manifest's "latent" section (latent.Layout)
 _DEPENDENCY_DEFAULTS = {"batch_size": 32, "learning_rate": None, "l2": 10.0, "seed": 0}
-INPUT_FORMATS = ("tokens", "ptb")
-OUTPUT_FORMATS = ("ptb", "json")
-
-
-class CommandError(ValueError):
-    """A command-line request a constituency model cannot serve (``error: ...``, exit status 2)."""
-
-
-def is_model(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a model directory whose manifest says ``formalism: "constituency"``."""
-    try:
-        return read_manifest(path).get("formalism") == FORMALISM
-    except ModelError:
-        return False
-
-
 def load(path: str | os.PathLike[str]) -> XbarParser | LatentParser:
     """The parser of a constituency model directory (X-bar or factored latent, by the manifest's ``model``)."""
     stored = load_model(path)

@@ -27,6 +27,7 @@ from typing import Any
 
 from nltk import Tree  # type: ignore[import-untyped]
 
+from engine.constituency.contract import EvalbError
 from engine.constituency.treebank import NONE, TOP, clean_label
 
 DELETED_TAGS = frozenset({",", ":", "``", "''", "."})
@@ -35,10 +36,6 @@ EXCLUDED_LABELS = frozenset({TOP, ""})
 CUTOFF = 40
 
 Bracket = tuple[str, int, int]
-
-
-class EvalbError(ValueError):
-    """Gold and test trees that cannot be compared (different numbers of trees or of words, other words)."""
 
 
 def without_traces(node: Tree) -> Tree | None:

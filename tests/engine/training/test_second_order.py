@@ -8,10 +8,17 @@ import numpy as np
 import pytest
 
 from engine.features.extract import FeatureExtractor
-from engine.features.second_order import TripleTemplate, default_second_order, extract_triples
+from engine.features.second_order import (
+    TripleTemplate,
+    default_second_order,
+    extract_triples,
+    template_attributes,
+    triple_tables,
+)
 from engine.features.templates import ArcTemplate
 from engine.graph.build import build_graph
 from engine.graph.pairwise import grand_arcs
+from engine.hashing import hash_string, mix
 from engine.inference.bp import BPConfig
 from engine.kernels.exact import TreeConstraint
 from engine.scoring.potentials import arc_scores
@@ -105,3 +112,29 @@ def test_gold_events_score_the_gold_tree(family: str) -> None:
     incoming = tuple(np.zeros_like(g) for g in terms.family.gather(np.zeros((n + 1, n + 1))))
     expected = terms.expected(incoming)
     assert expected.shape == (len(terms.features),) and ((expected >= 0) & (expected <= 1 + 1e-12)).all()
+
+
+def test_triple_hashing_follows_each_template_in_turn() -> None:
+    """The compiled kernel advances all templates together (``triple_row``); each template's index must still be
+    its seed mixed with role a's, b's and c's attribute codes in order, then its context code (here computed one
+    template at a time in numpy), for roles of different widths and every context kind."""
+    templates = [TripleTemplate("sib", ("upos", "lower"), ("xpos",), ("upos",), "dist"),
+                 TripleTemplate("sib", (), ("lower", "upos", "xpos"), ("shape",), "dir"),
+                 TripleTemplate("sib", ("xpos",), (), ("lower", "upos"), "none"),
+                 TripleTemplate("sib", ("upos",), ("upos",), ("upos",), "dir")]
+    rng = np.random.default_rng(3)
+    triples = np.stack([rng.integers(0, 5, 40), rng.integers(1, 5, 40), rng.integers(0, 5, 40)])
+    dim = 1 << 20
+    got = extract_triples(SENT, templates, triples, dim)
+    codes, _, _, _, positions, ctx = triple_tables(SENT, templates, triples)
+    attrs = template_attributes(templates)
+    kinds = {"none": 0, "dir": 1, "dist": 2}
+    for k, t in enumerate(templates):
+        for i in range(triples.shape[1]):
+            x = np.uint64(hash_string(t.name))
+            for role, names in enumerate((t.a, t.b, t.c)):
+                for name in names:
+                    x = mix(x, codes[positions[role, i], attrs.index(name)])
+            if t.context != "none":
+                x = mix(x, ctx[kinds[t.context], i])
+            assert got[i, k] == 1 + int(x) % (dim - 1)
