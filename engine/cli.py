@@ -7,7 +7,7 @@ stderr with exit status 2 (bad input) instead of a traceback.
 from __future__ import annotations
 
 import argparse
-import io
+import dataclasses
 import json
 import logging
 import sys
@@ -36,7 +36,6 @@ from engine.data.conllu_io import (
     ConlluError,
     atomic_text,
     check_parsable,
-    format_sentence,
     read_conllu,
 )
 from engine.decode.conformal import fit_conformal
@@ -124,13 +123,18 @@ def cmd_average(args: argparse.Namespace) -> int:
 
 
 def _system_conllu(pipeline: Pipeline, sentences: list[Any], parsed: list[Any]) -> list[Any]:
-    """Parsed sentences as CoNLL-U (with predicted tags, and LEMMA and FEATS from the model's components,
-    ``_`` without them), read back for the UD evaluation."""
+    """Parsed sentences as the UD evaluation reads them: the input sentences (with their predicted tags) with
+    the parse's HEAD and DEPREL and the LEMMA and FEATS of the model's components (``_`` without them). The
+    same sentences as writing them as CoNLL-U and reading that back gives, without the text in between
+    (tested): the evaluation reads no other column, and only the multiword-token lines of ``lines``."""
     analyses = pipeline.analyse(sentences, [p.deprels for p in parsed])
-    text = "".join(format_sentence(s, heads=p.heads, deprels=p.deprels, upos=s.upos, xpos=s.xpos,
-                                   lemmas=lemmas or ["_"] * s.n, feats=feats or ["_"] * s.n)
-                   for s, p, (lemmas, feats, _) in zip(sentences, parsed, analyses, strict=True))
-    return read_conllu(io.StringIO(text), name="<system>", strict_heads=False)
+    out = []
+    for s, p, (lemmas, feats, _) in zip(sentences, parsed, analyses, strict=True):
+        heads = np.array(p.heads, dtype=np.int64)
+        heads[0] = -1
+        out.append(dataclasses.replace(s, heads=heads, deprels=list(p.deprels), lemmas=list(lemmas or ["_"] * s.n),
+                                       feats=list(feats or ["_"] * s.n)))
+    return out
 
 
 # the CoNLL 2018 scores of LEMMA and FEATS that `evaluate` adds on gold tokens (engine.evaluation.ud_align)
