@@ -126,3 +126,19 @@ def unique_rows(ids: np.ndarray, hash_mask: np.uint64 = _ALL_BITS) -> tuple[np.n
                     break
             slot = (slot + 1) & (size - 1)
     return first[:count], inverse
+
+
+@njit(cache=True, nogil=True)
+def row_scores(weights: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``label_scores(weights, ids[rows])``: for each row the sum of the weight rows of its features (id 0,
+    the null feature, left out), added in the row's order from 0 in the weights' precision, as scipy's
+    sparse-dense product adds them."""
+    out = np.zeros((len(rows), weights.shape[1]), dtype=weights.dtype)
+    for i in range(len(rows)):
+        r = rows[i]
+        for j in range(ids.shape[1]):
+            f = ids[r, j]
+            if f != 0:
+                for k in range(weights.shape[1]):
+                    out[i, k] += weights[f, k]
+    return out

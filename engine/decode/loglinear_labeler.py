@@ -56,7 +56,7 @@ from engine.decode.labeler_features import (  # noqa: F401 (templates re-exporte
     CompiledTemplates,
     Tokens,
 )
-from engine.decode.labeler_kernel import unique_rows
+from engine.decode.labeler_kernel import row_scores, unique_rows
 from engine.optim import AdaGrad, EpochLoop
 from engine.text.jackknife import fold_bounds  # contiguous folds, as for the tagger
 
@@ -106,7 +106,10 @@ def label_probabilities(weights: np.ndarray, ids: np.ndarray) -> np.ndarray:
     computed as for the row alone, so the result is the same bit for bit."""
     if not len(ids):
         return _softmax(label_scores(weights, ids))
-    first, inverse = unique_rows(np.ascontiguousarray(ids))
+    ids = np.ascontiguousarray(ids)
+    first, inverse = unique_rows(ids)
+    if weights.dtype in (np.float32, np.float64) and weights.flags.c_contiguous:
+        return _softmax(row_scores(weights, ids, first))[inverse]
     return _softmax(label_scores(weights, ids[first]))[inverse]
 
 

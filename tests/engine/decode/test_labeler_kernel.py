@@ -12,7 +12,7 @@ import pytest
 
 from engine.data.conllu_io import read_conllu
 from engine.decode.labeler_features import CompiledTemplates
-from engine.decode.labeler_kernel import unique_rows
+from engine.decode.labeler_kernel import row_scores, unique_rows
 from engine.decode.loglinear_labeler import (
     CONTEXT_TEMPLATES,
     DEFAULT_TEMPLATES,
@@ -116,9 +116,13 @@ def test_unique_rows_and_probabilities_per_distinct_row() -> None:
         first, inverse = unique_rows(ids, mask)
         np.testing.assert_array_equal(ids[first][inverse], ids)
         np.testing.assert_array_equal(first, expected)
-    weights = (30 * rng.standard_normal((1 << 10, 11))).astype(np.float32)
-    np.testing.assert_array_equal(label_probabilities(weights, ids), _softmax(label_scores(weights, ids)))
-    assert label_probabilities(weights, ids[:0]).shape == (0, 11)
+    for dtype in (np.float32, np.float64):  # the compiled sums, in each precision
+        weights = (30 * rng.standard_normal((1 << 10, 11))).astype(dtype)
+        np.testing.assert_array_equal(row_scores(weights, ids, first), label_scores(weights, ids[first]))
+        np.testing.assert_array_equal(label_probabilities(weights, ids), _softmax(label_scores(weights, ids)))
+        assert label_probabilities(weights, ids[:0]).shape == (0, 11)
+    strided = np.asfortranarray(weights)  # not C-contiguous: scipy's product
+    np.testing.assert_array_equal(label_probabilities(strided, ids), _softmax(label_scores(weights, ids)))
 
 
 def test_ewt_dev_copies_equal_the_plain_computation(ewt_dir: Path) -> None:
