@@ -100,17 +100,23 @@ def label_scores(weights: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return _design(ids, weights.shape[0]) @ weights
 
 
-def label_probabilities(weights: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """(N, n_labels) ``softmax(label_scores(weights, ids))``, computed once per distinct feature row and copied
-    to its repeats (a sentence's copies under other tags share most rows); each row's scores and softmax are
-    computed as for the row alone, so the result is the same bit for bit."""
-    if not len(ids):
-        return _softmax(label_scores(weights, ids))
+def distinct_probabilities(weights: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``softmax(label_scores(weights, ids))`` once per distinct feature row, and the row of it each of ``ids``
+    has (``label_probabilities`` is ``p[inverse]``). A sentence's copies under other tags share most rows;
+    each row's scores and softmax are computed as for the row alone, so the results are the same bit for bit."""
     ids = np.ascontiguousarray(ids)
+    if not len(ids):
+        return _softmax(label_scores(weights, ids)), np.zeros(0, dtype=np.int64)
     first, inverse = unique_rows(ids)
     if weights.dtype in (np.float32, np.float64) and weights.flags.c_contiguous:
-        return _softmax(row_scores(weights, ids, first))[inverse]
-    return _softmax(label_scores(weights, ids[first]))[inverse]
+        return _softmax(row_scores(weights, ids, first)), inverse
+    return _softmax(label_scores(weights, ids[first])), inverse
+
+
+def label_probabilities(weights: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """(N, n_labels) ``softmax(label_scores(weights, ids))`` (computed by ``distinct_probabilities``)."""
+    p, inverse = distinct_probabilities(weights, ids)
+    return p[inverse]
 
 
 def loss_and_gradient(
@@ -215,10 +221,10 @@ class LogLinearLabeler:
     def predict_batch(self, sentences: Sequence[Tokens],
                       heads: Sequence[np.ndarray]) -> list[tuple[list[str], np.ndarray]]:
         """``predict`` of many sentences in one vectorised pass."""
-        p = label_probabilities(self.weights, self.feature_ids(sentences, heads))
+        p, inverse = distinct_probabilities(self.weights, self.feature_ids(sentences, heads))
         best = p.argmax(axis=1)
-        names = [self.labels[i] for i in best]
-        probs = p[np.arange(len(best)), best]
+        probs = p[np.arange(len(best)), best][inverse]
+        names = [self.labels[i] for i in best[inverse]]
         out, lo = [], 0
         for s in sentences:
             hi = lo + len(s.forms)

@@ -99,8 +99,10 @@ def test_distributions_of_tag_copies_equal_the_plain_computation(seed: int) -> N
     got = model.distributions(sentences, heads)
     for mine, theirs in zip(got, _reference(model, sentences, heads), strict=True):
         np.testing.assert_array_equal(mine, theirs)
-    labels = [names for names, _ in model.predict_batch(sentences, heads)]
-    assert labels == [[model.labels[i] for i in p.argmax(axis=1)] for p in got]
+    for (names, probs), p in zip(model.predict_batch(sentences, heads), got, strict=True):
+        best = p.argmax(axis=1)
+        assert names == [model.labels[i] for i in best]
+        np.testing.assert_array_equal(probs, p[np.arange(len(best)), best])
 
 
 def test_unique_rows_and_probabilities_per_distinct_row() -> None:
