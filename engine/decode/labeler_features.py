@@ -189,12 +189,16 @@ def _flat(values: Iterable[Sequence[str]], root: str, none: str) -> list[str]:
     return out
 
 
+def _same_words(a: Sequence[str], b: Sequence[str]) -> bool:
+    return a is b or list(a) == list(b)  # (lists, tuples or arrays of strings)
+
+
 def _word_columns(sentences: Sequence[Tokens], need: set[str], lens: np.ndarray,
                   starts: np.ndarray) -> dict[str, np.ndarray]:
     """Codes of the attributes of the words themselves (lowercased form, suffix, punctuation), one row per flat
     token. A sentence with the same words as the one before it (a copy under other tags) shares its codes:
     they are computed for the first sentence of each run and copied."""
-    new = np.fromiter((i == 0 or s.forms != sentences[i - 1].forms for i, s in enumerate(sentences)),
+    new = np.fromiter((i == 0 or not _same_words(s.forms, sentences[i - 1].forms) for i, s in enumerate(sentences)),
                       dtype=bool, count=len(sentences))
     distinct = [s for s, first in zip(sentences, new, strict=True) if first]
     own = np.zeros(len(distinct), dtype=np.int64)  # the flat index of each distinct sentence's ROOT

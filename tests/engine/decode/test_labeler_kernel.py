@@ -29,7 +29,7 @@ LABELS = [f"rel{i}" for i in range(7)]
 
 def _random_batch(rng: np.random.Generator, sentences: int = 40) -> tuple[list[SimpleNamespace], list[np.ndarray]]:
     """Random sentences (some with up to 20 words, so bags overflow their slots) and trees, each followed by
-    0-4 copies under other tags (the copies share the sentence's ``forms`` list, as ``retagged`` makes them)."""
+    0-4 copies under other tags (most share the sentence's ``forms`` list, as ``retagged`` makes them)."""
     words = ["the", "Dog", "barks", ".", ",", "a", "CAT", "runs", "!!", "ŋæ", "x", "42", "it's"]
     batch, heads = [], []
     for _ in range(sentences):
@@ -48,7 +48,10 @@ def _random_batch(rng: np.random.Generator, sentences: int = 40) -> tuple[list[S
             tags = list(s.upos)
             for j in rng.choice(n, size=int(rng.integers(1, 3))):
                 tags[j] = str(rng.choice(UPOS))
-            batch.append(retagged(s, (tags, [t.lower() for t in tags])))
+            copy = retagged(s, (tags, [t.lower() for t in tags]))
+            if rng.random() < 0.3:  # equal words in another list or a tuple share codes as well
+                copy.forms = list(s.forms) if rng.random() < 0.5 else tuple(s.forms)
+            batch.append(copy)
             heads.append(h)
     return batch, heads
 
