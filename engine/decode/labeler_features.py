@@ -13,6 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
+from engine.decode.labeler_kernel import group_ids
 from engine.hashing import hash_string, hash_strings
 
 # Token attributes, for the dependent ("d."), the head ("h."), the head's head ("g."), each child of the dependent
@@ -83,14 +84,16 @@ class Tokens(Protocol):
     xpos: list[str]
 
 
-def _check_heads(n: int, heads: np.ndarray) -> np.ndarray:
-    heads = np.asarray(heads)
-    if heads.shape != (n + 1,):
-        raise ValueError(f"heads must have shape ({n + 1},) for a {n}-word sentence, got {heads.shape}")
-    h = heads[1:].astype(np.int64)
-    if n and (h.min() < 0 or h.max() > n or (h == np.arange(1, n + 1)).any()):
-        raise ValueError("heads must be in 0..n and no word may head itself")
-    return h
+def _head_positions(lens: np.ndarray, heads: Sequence[np.ndarray]) -> np.ndarray:
+    """Every word's head position, the sentences' ``heads[1:]`` concatenated (int64), once their shapes are
+    checked (``_tree_layout`` checks the values)."""
+    parts = []
+    for n, h in zip(lens.tolist(), heads, strict=True):
+        h = np.asarray(h)
+        if h.shape != (n + 1,):
+            raise ValueError(f"heads must have shape ({n + 1},) for a {n}-word sentence, got {h.shape}")
+        parts.append(h[1:])
+    return np.concatenate(parts).astype(np.int64)
 
 
 _NONE = hash_string("<NONE>")
@@ -150,12 +153,14 @@ def _tree_layout(sentences: Sequence[Tokens], heads: Sequence[np.ndarray]) -> _L
     starts = np.zeros(len(lens), dtype=np.int64)
     np.cumsum(lens[:-1] + 1, out=starts[1:])
     total = int(lens.sum()) + len(lens)
-    head_pos = np.concatenate([_check_heads(len(s.forms), h) for s, h in zip(sentences, heads, strict=True)])
+    head_pos = _head_positions(lens, heads)
     offset = np.repeat(starts, lens)
     is_word = np.ones(total, dtype=bool)
     is_word[starts] = False
     dep = np.flatnonzero(is_word)
     pos = dep - offset
+    if ((head_pos < 0) | (head_pos > np.repeat(lens, lens)) | (head_pos == pos)).any():
+        raise ValueError("heads must be in 0..n and no word may head itself")
     head = offset + head_pos
     parent = np.full(total + 1, total, dtype=np.int64)  # ROOT tokens and the none row point to none
     parent[dep] = head
@@ -184,20 +189,43 @@ def _flat(values: Iterable[Sequence[str]], root: str, none: str) -> list[str]:
     return out
 
 
-def _string_columns(sentences: Sequence[Tokens], need: set[str], starts: np.ndarray,
+def _same_words(a: Sequence[str], b: Sequence[str]) -> bool:
+    return a is b or list(a) == list(b)  # (lists, tuples or arrays of strings)
+
+
+def _word_columns(sentences: Sequence[Tokens], need: set[str], lens: np.ndarray,
+                  starts: np.ndarray) -> dict[str, np.ndarray]:
+    """Codes of the attributes of the words themselves (lowercased form, suffix, punctuation), one row per flat
+    token. A sentence with the same words as the one before it (a copy under other tags) shares its codes:
+    they are computed for the first sentence of each run and copied."""
+    new = np.fromiter((i == 0 or not _same_words(s.forms, sentences[i - 1].forms) for i, s in enumerate(sentences)),
+                      dtype=bool, count=len(sentences))
+    distinct = [s for s, first in zip(sentences, new, strict=True) if first]
+    own = np.zeros(len(distinct), dtype=np.int64)  # the flat index of each distinct sentence's ROOT
+    np.cumsum(lens[new][:-1] + 1, out=own[1:])
+    lower = _flat(([f.lower() for f in s.forms] for s in distinct), "<root>", "<none>")
+    cols = {"lower": hash_strings(lower)}
+    if "suf3" in need:
+        cols["suf3"] = hash_strings([w[-3:] for w in lower])
+    if "punct" in need:
+        flags = np.fromiter(map(_is_punct, lower), dtype=np.int64, count=len(lower))
+        flags[own] = 2
+        cols["punct"] = _SMALL["punct"][flags]
+    if len(distinct) == len(sentences):
+        return cols
+    shift = own[np.cumsum(new) - 1] - starts  # from each sentence's flat tokens to its run's first sentence's
+    index = np.arange(int(lens.sum()) + len(lens)) + np.repeat(shift, lens + 1)
+    index = np.append(index, len(lower) - 1)  # the none row
+    return {name: col[index] for name, col in cols.items()}
+
+
+def _string_columns(sentences: Sequence[Tokens], need: set[str], lens: np.ndarray, starts: np.ndarray,
                     context: Sequence[Sequence[str]] | None) -> dict[str, np.ndarray]:
     """Codes of the attributes read from the tokens' strings (word, suffix, punctuation, tags, first-stage
     labels), one row per flat token."""
     cols: dict[str, np.ndarray] = {}
     if need & {"lower", "suf3", "punct", "lc_lower", "rc_lower"}:
-        lower = _flat(([f.lower() for f in s.forms] for s in sentences), "<root>", "<none>")
-        cols["lower"] = hash_strings(lower)
-        if "suf3" in need:
-            cols["suf3"] = hash_strings([w[-3:] for w in lower])
-        if "punct" in need:
-            flags = np.fromiter(map(_is_punct, lower), dtype=np.int64, count=len(lower))
-            flags[starts] = 2
-            cols["punct"] = _SMALL["punct"][flags]
+        cols.update(_word_columns(sentences, need, lens, starts))
     if need & {"upos", "upos_prev", "upos_next", "lc_upos", "rc_upos"}:
         up = cols["upos"] = hash_strings(_flat((s.upos for s in sentences), _ROOT, "<NONE>"))
         edge = np.uint64(_NONE)
@@ -222,7 +250,7 @@ def _token_codes(sentences: Sequence[Tokens], heads: Sequence[np.ndarray], atoms
     ``context`` holds each sentence's first-stage labels, for the ``deprel`` atom."""
     t = _tree_layout(sentences, heads)
     need = set(atoms)
-    cols = _string_columns(sentences, need, t.starts, context)
+    cols = _string_columns(sentences, need, t.lens, t.starts, context)
     if "position" in need:
         p = np.zeros(t.total + 1, dtype=np.int64)  # 0 ROOT/none, 1 middle, 2 first, 3 last, 4 only word
         p[t.dep] = 1
@@ -301,14 +329,35 @@ class CompiledTemplates:
 
     def feature_ids(self, sentences: Sequence[Tokens], heads: Sequence[np.ndarray], buckets: int,
                     context: Sequence[Sequence[str]] | None = None) -> np.ndarray:
-        """(total words, width) int32 hashed feature rows in ``[1, buckets)`` (a power of two), 0 = null."""
+        """(total words, width) int32 hashed feature rows in ``[1, buckets)`` (a power of two), 0 = null
+        (the templates hashed arc by arc in ``engine.decode.labeler_kernel``; the same ids as
+        ``feature_ids_numpy``)."""
+        a, arc = self._arcs(sentences, heads, context)
+        out = np.empty((len(a.dep), self.width), dtype=np.int32)
+        first = 0
+        for bag, seeds, one, many in self.groups:
+            group_ids(a.codes, a.dep, a.head, a.grand, arc, a.children, _SMALL[f"{bag}side"] if bag else seeds,
+                      " cs".index(bag or " "), seeds, one, many, np.uint64(buckets - 1), out, first)
+            first += len(seeds) * (BAG_SLOTS if bag else 1)
+        return out
+
+    def _arcs(self, sentences: Sequence[Tokens], heads: Sequence[np.ndarray],
+              context: Sequence[Sequence[str]] | None) -> tuple[_Arcs, np.ndarray]:
+        """The batch's token codes and trees, and the (N, 4) arc atoms (direction, distance, the head's
+        direction, 0)."""
         a = _token_codes(sentences, heads, self.token_atoms, context)
-        n = len(a.dep)
         right = a.head_pos < a.pos
         dist = _DIST_BINS[np.minimum(np.abs(a.head_pos - a.pos), len(_DIST_BINS) - 1)] + 16 * right
         gdir = np.where(a.grand == a.none, 2, a.grand < a.head)
         arc = np.stack([_SMALL["dir"][right.astype(np.int64)], _SMALL["dist"][dist], _SMALL["gdir"][gdir],
-                        np.zeros(n, dtype=np.uint64)], axis=1)
+                        np.zeros(len(a.dep), dtype=np.uint64)], axis=1)
+        return a, arc
+
+    def feature_ids_numpy(self, sentences: Sequence[Tokens], heads: Sequence[np.ndarray], buckets: int,
+                          context: Sequence[Sequence[str]] | None = None) -> np.ndarray:
+        """``feature_ids`` in numpy, one pass per template atom (the reference the compiled path is tested on)."""
+        a, arc = self._arcs(sentences, heads, context)
+        n = len(a.dep)
         single = np.concatenate([a.codes[a.dep], a.codes[a.head], a.codes[a.grand], arc], axis=1)
         mask = np.uint64(buckets - 1)
         out = []

@@ -56,6 +56,7 @@ from engine.decode.labeler_features import (  # noqa: F401 (templates re-exporte
     CompiledTemplates,
     Tokens,
 )
+from engine.decode.labeler_kernel import row_scores, unique_rows
 from engine.optim import AdaGrad, EpochLoop
 from engine.text.jackknife import fold_bounds  # contiguous folds, as for the tagger
 
@@ -97,6 +98,25 @@ def _design(ids: np.ndarray, columns: int) -> sparse.csr_matrix:
 def label_scores(weights: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """(N, n_labels) scores: the sum of the weight rows of each arc's features (a sparse-dense product)."""
     return _design(ids, weights.shape[0]) @ weights
+
+
+def distinct_probabilities(weights: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``softmax(label_scores(weights, ids))`` once per distinct feature row, and the row of it each of ``ids``
+    has (``label_probabilities`` is ``p[inverse]``). A sentence's copies under other tags share most rows;
+    each row's scores and softmax are computed as for the row alone, so the results are the same bit for bit."""
+    ids = np.ascontiguousarray(ids)
+    if not len(ids):
+        return _softmax(label_scores(weights, ids)), np.zeros(0, dtype=np.int64)
+    first, inverse = unique_rows(ids)
+    if weights.dtype in (np.float32, np.float64) and weights.flags.c_contiguous:
+        return _softmax(row_scores(weights, ids, first)), inverse
+    return _softmax(label_scores(weights, ids[first])), inverse
+
+
+def label_probabilities(weights: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """(N, n_labels) ``softmax(label_scores(weights, ids))`` (computed by ``distinct_probabilities``)."""
+    p, inverse = distinct_probabilities(weights, ids)
+    return p[inverse]
 
 
 def loss_and_gradient(
@@ -184,7 +204,7 @@ class LogLinearLabeler:
 
     def distribution(self, sentence: Tokens, heads: np.ndarray) -> np.ndarray:
         """``p[m-1, l]``: probability of ``labels[l]`` for word m's arc ``heads[m] -> m``; rows sum to 1."""
-        return _softmax(label_scores(self.weights, self.feature_ids([sentence], [heads])))
+        return label_probabilities(self.weights, self.feature_ids([sentence], [heads]))
 
     def predict(self, sentence: Tokens, heads: np.ndarray) -> tuple[list[str], np.ndarray]:
         """The most probable DEPREL of each word's arc and its probability, shape (n,)."""
@@ -194,17 +214,17 @@ class LogLinearLabeler:
 
     def distributions(self, sentences: Sequence[Tokens], heads: Sequence[np.ndarray]) -> list[np.ndarray]:
         """``distribution`` of many sentences in one vectorised pass."""
-        p = _softmax(label_scores(self.weights, self.feature_ids(sentences, heads)))
+        p = label_probabilities(self.weights, self.feature_ids(sentences, heads))
         bounds = np.cumsum([len(s.forms) for s in sentences])[:-1]
         return np.split(p, bounds) if len(sentences) else []
 
     def predict_batch(self, sentences: Sequence[Tokens],
                       heads: Sequence[np.ndarray]) -> list[tuple[list[str], np.ndarray]]:
         """``predict`` of many sentences in one vectorised pass."""
-        p = _softmax(label_scores(self.weights, self.feature_ids(sentences, heads)))
+        p, inverse = distinct_probabilities(self.weights, self.feature_ids(sentences, heads))
         best = p.argmax(axis=1)
-        names = [self.labels[i] for i in best]
-        probs = p[np.arange(len(best)), best]
+        probs = p[np.arange(len(best)), best][inverse]
+        names = [self.labels[i] for i in best[inverse]]
         out, lo = [], 0
         for s in sentences:
             hi = lo + len(s.forms)
