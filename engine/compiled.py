@@ -6,7 +6,8 @@ cached on disk (``cache=True``: beside the sources, or under ``NUMBA_CACHE_DIR``
 its first request at full speed and a container image can carry the compiled code (the Dockerfile runs it
 at build time). Kernels: ``engine.scoring.fused`` (arc potentials straight from the tokens, one per weight
 table type), ``engine.features.second_order`` (hashing of higher-order features),
-``engine.scoring.triple_deltas`` (what a copy of a sentence under other tags changes in them), ``engine.graph.tags``
+``engine.scoring.triple_deltas`` (what a copy of a sentence under other tags changes in them),
+``engine.decode.labeler_kernel`` (the log-linear labeller's hashing and scoring), ``engine.graph.tags``
 (TAGLINK and CHAIN messages of joint tagging and parsing) and ``engine.constituency.kernel`` (inside-outside over
 anchored items, the live binary items of a pruning mask).
 """
@@ -21,6 +22,8 @@ from engine.constituency.anchored import AnchoredScores, build_items, full_mask
 from engine.constituency.factor import make_factor, substates
 from engine.constituency.grammar import Grammar
 from engine.constituency.inside_outside import inside_outside
+from engine.decode.labeler_features import CONTEXT_TEMPLATES, DEFAULT_TEMPLATES
+from engine.decode.loglinear_labeler import LogLinearLabeler
 from engine.features.extract import FeatureExtractor
 from engine.features.second_order import (
     attribute_codes,
@@ -63,6 +66,16 @@ def _copy_deltas(tokens: _Tokens, triples: np.ndarray) -> None:
         copy_deltas(codes, tables[1:], one, one, len(codes), feats, np.zeros(feats.shape), weights, 0)
 
 
+def _labeller(tokens: _Tokens) -> None:
+    """The log-linear labeller's kernels (template hashing, distinct rows, row scores) for its weight types."""
+    heads = [np.array([-1, 2, 0, 2])]
+    for dtype in (np.float32, np.float64):
+        first = LogLinearLabeler(["det", "root", "obj"], np.zeros((1 << 4, 3), dtype=dtype))
+        stacked = LogLinearLabeler(["det", "root", "obj"], np.zeros((1 << 4, 3), dtype=dtype),
+                                   [*DEFAULT_TEMPLATES, *CONTEXT_TEMPLATES], context=first)
+        stacked.predict_batch([tokens], heads)
+
+
 def warm_up() -> float:
     """Compile (or load) every kernel for every argument type in use; returns the seconds it took."""
     start = time.perf_counter()
@@ -80,6 +93,7 @@ def warm_up() -> float:
     for family in ("grand", "sib"):
         extract_triples(tokens[0], tuple(default_second_order([family])), triples, 1 << 10)
     _copy_deltas(tokens[0], triples)
+    _labeller(tokens[0])
     allowed = np.array([[True, False], [True, True], [True, True]])
     TagLink(2, np.array([0, 1]), np.array([1, 2]), np.zeros((2, 2, 2)), allowed).propagate(
         np.zeros(2), np.zeros((2, 2)), np.zeros((2, 2)))
