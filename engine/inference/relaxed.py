@@ -319,27 +319,27 @@ class _Stack:
         self.used[self.ids] += added
         none = added == 0
         if none.any():  # the left-out factors are exactly those just scored, under these beliefs
-            self.eta[self.ids[none]] = self.left_out_eta(result, beliefs)[none]
+            self.eta[self.ids[none]] = self.left_out_eta(result, none, beliefs)[none]
         return added
 
-    def left_out_eta(self, result: StackResult, beliefs: np.ndarray | None = None) -> np.ndarray:
-        """Prop. 2's eta per sentence over the factors left out, from the solve's beliefs (flat, when the
-        caller has them): per factor ``|theta| (1 - mu~)`` as in ``eta_bound``, written ``max(theta, 0) -
-        theta mu`` (the same number), summed over the factors not in the graph (``relaxed_scan``)."""
+    def left_out_eta(self, result: StackResult, which: np.ndarray, beliefs: np.ndarray | None = None) -> np.ndarray:
+        """Prop. 2's eta per sentence over the factors left out (computed for the sentences ``which``, a mask; 0
+        for the others), from the solve's beliefs (flat, when the caller has them): per factor ``|theta| (1 -
+        mu~)`` as in ``eta_bound``, written ``max(theta, 0) - theta mu`` (the same number), summed over the
+        factors not in the graph (``relaxed_scan``)."""
         flat = result.beliefs().reshape(-1) if beliefs is None else beliefs
         eta = np.zeros(self.count)
         for i, mask in self.active.items():
-            scan_eta(self.families[i], flat, mask, _bounds(self.families[i]), eta)  # type: ignore[arg-type]
+            scan_eta(self.families[i], flat, mask, _bounds(self.families[i]), eta, which)  # type: ignore[arg-type]
         return eta
 
     def finish(self, result: StackResult, which: np.ndarray, method: str, out: list[RelaxedResult | None]) -> None:
         """The results of the stack's sentences ``which`` (a mask), from the solve that ended them."""
         if not which.any():
             return
-        if np.isnan(self.eta[self.ids[which]]).any():
-            eta = self.left_out_eta(result)
-            self.eta[self.ids[which]] = np.where(np.isnan(self.eta[self.ids[which]]), eta[which],
-                                                 self.eta[self.ids[which]])
+        missing = which & np.isnan(self.eta[self.ids])
+        if missing.any():
+            self.eta[self.ids[missing]] = self.left_out_eta(result, missing)[missing]
         used = self.used[self.ids]
         total = np.zeros(self.count, dtype=int)
         selected: dict[str, list[np.ndarray]] = {}

@@ -77,11 +77,12 @@ def test_relaxed_scan_eta_equals_eta_bound_per_sentence() -> None:
         beliefs = _beliefs(rng, fam.valid.size)
         active = rng.random(fam.size) < rng.choice([0.0, 0.2, 0.9])
         bounds = fam.bounds if fam.bounds is not None else np.array([0, fam.size])
+        which = None if rng.random() < 0.5 else rng.random(len(bounds) - 1) < 0.5
         got = np.full(len(bounds) - 1, 0.25)  # the pass adds to what is there
-        left_out_eta(fam, beliefs, active, bounds, got)
+        left_out_eta(fam, beliefs, active, bounds, got, which)
         mu = pair_feature_expectations(fam, beliefs)
         for j in range(len(bounds) - 1):
             part = np.arange(bounds[j], bounds[j + 1])
             part = part[~active[part]]
-            want = 0.25 + eta_bound(mu[part], fam.theta[part])
+            want = 0.25 + (eta_bound(mu[part], fam.theta[part]) if which is None or which[j] else 0.0)
             assert got[j] == pytest.approx(want, rel=1e-12, abs=1e-12)
