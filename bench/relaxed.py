@@ -13,7 +13,9 @@ tree under the beliefs); inference time per sentence (``engine.inference.relaxed
 batch's CPU time divided by its sentences, the least of ``--repeat`` runs; no feature extraction, no
 decoding; with one BLAS thread this is the time on an idle core, not counting the time other jobs on
 a shared machine take the core away); the fraction of the higher-order factors in the final graph
-(mean over sentences, and pooled: all sentences' factors used over all their factors); the mean
+(mean over sentences, and pooled: all sentences' factors used over all their factors; the JSON also has the
+mean over the sentences that have higher-order factors, ``factor_fraction_with_factors``: a one-word sentence
+has none, and its fraction counts as 1 in the mean); the mean
 absolute error of the beliefs against full BP's (over the sentence's
 link variables, then over sentences); mean eta and BP iterations. ``--no-prune`` builds the graph over
 all arcs (the paper's setting) instead of those the model's first-order pruner keeps. One BLAS
@@ -68,12 +70,15 @@ from engine.inference.relaxed import (  # noqa: E402
 DEV = ROOT.parent / "shared" / "data" / "ud" / "en_ewt" / "en_ewt-ud-dev.conllu"
 
 
-def configs(tolerance: float, caps: list[int] | None = None) -> list[tuple[str, InferenceConfig]]:
-    """The rows of Riedel & Smith Tables 1-2, then Rel(1, 1e-4, B) for each B of ``caps``; every BP run stops
-    early at the same ``tolerance``."""
+def configs(tolerance: float, caps: list[int] | None = None,
+            epsilons: list[float] | None = None) -> list[tuple[str, InferenceConfig]]:
+    """The rows of Riedel & Smith Tables 1-2, then Rel(1, 1e-4, B) for each B of ``caps`` and Rel(1, eps, 50) for
+    each eps of ``epsilons``; every BP run stops early at the same ``tolerance``."""
     extra: list[tuple[str, InferenceConfig]] = [
         (f"Rel(1, 1e-4, {b})", RelaxedConfig(epsilon=1e-4, rounds=1, bp_iterations=b, tolerance=tolerance))
         for b in caps or []]
+    extra += [(f"Rel(1, {e:g}, 50)", RelaxedConfig(epsilon=e, rounds=1, bp_iterations=50, tolerance=tolerance))
+              for e in epsilons or []]
     rows: list[tuple[str, InferenceConfig]] = [
         ("BP (10 iterations)", BPConfig(max_iterations=10, schedule="serial", tolerance=tolerance)),
         ("Rel(inf, 1e-4, 5)", RelaxedConfig(epsilon=1e-4, rounds=None, bp_iterations=5, tolerance=tolerance)),
@@ -93,12 +98,12 @@ def table(args: argparse.Namespace) -> None:
     gold = read_conllu(args.data)
     if args.max_sentences:
         gold = gold[: args.max_sentences]
-    rows_config = configs(args.tolerance, args.caps)
+    rows_config = configs(args.tolerance, args.caps, args.epsilons)
     if args.configs:  # full BP (the reference of every speed-up and error) and the named rows
         rows_config = rows_config[:1] + [(name, c) for name, c in rows_config[1:] if name in args.configs]
     names = [name for name, _ in rows_config]
     sums = {name: {"correct": 0, "seconds": 0.0, "fraction": 0.0, "error": 0.0, "eta": 0.0, "iterations": 0,
-                   "used": 0, "total": 0} for name in names}
+                   "used": 0, "total": 0, "with": 0.0, "sentences_with": 0} for name in names}
     per_sentence: list[dict[str, object]] = []
     words = 0
     started = time.perf_counter()
@@ -124,6 +129,9 @@ def table(args: argparse.Namespace) -> None:
                 total = sum(f.size for f in graph.families if isinstance(f, PairFamily) and np.isfinite(f.theta).all())
                 s["used"] += int(getattr(result, "factors_used", total))
                 s["total"] += total
+                if total:  # a one-word sentence has no higher-order factor (its fraction counts as 1 above)
+                    s["with"] += float(getattr(result, "factor_fraction", 1.0))
+                    s["sentences_with"] += 1
                 s["error"] += float(np.abs(result.beliefs - ref)[graph.valid].mean())
                 s["eta"] += float(getattr(result, "eta", 0.0))
                 s["iterations"] += result.iterations
@@ -136,6 +144,7 @@ def table(args: argparse.Namespace) -> None:
                    "ms_per_sentence": round(1000 * s["seconds"] / count, 3),
                    "factor_fraction": round(s["fraction"] / count, 4),
                    "factor_fraction_pooled": round(s["used"] / max(s["total"], 1), 4),
+                   "factor_fraction_with_factors": round(s["with"] / max(s["sentences_with"], 1), 4),
                    "mae_vs_bp": round(s["error"] / count, 5),
                    "eta_mean": round(s["eta"] / count, 2), "bp_iterations": round(s["iterations"] / count, 2)}
             for name, s in sums.items()}
@@ -215,6 +224,8 @@ def main() -> None:
     ap.add_argument("--max-sentences", type=int, help="the first N sentences only (quick runs)")
     ap.add_argument("--caps", nargs="+", type=int, metavar="B", help="add a row Rel(1, 1e-4, B) for each B (the "
                     "paper's rows cap each relaxed solve at 5 or 50 iterations, full BP at 10)")
+    ap.add_argument("--epsilons", nargs="+", type=float, metavar="EPS", help="add a row Rel(1, EPS, 50) for each "
+                    "EPS (the paper's rows use 1e-4 and 0.1)")
     ap.add_argument("--configs", nargs="+", metavar="NAME", help="run only these rows (as printed, e.g. "
                     "'Rel(1, 1e-4, 50)') besides full BP, the reference")
     ap.add_argument("--one-at-a-time", action="store_true", help="run each sentence alone (default: the sentences "

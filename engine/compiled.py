@@ -8,7 +8,8 @@ at build time). Kernels: ``engine.scoring.fused`` (arc potentials straight from 
 table type), ``engine.features.second_order`` (hashing of higher-order features),
 ``engine.scoring.triple_deltas`` (what a copy of a sentence under other tags changes in them),
 ``engine.decode.labeler_kernel`` (the log-linear labeller's hashing and scoring), ``engine.graph.tags``
-(TAGLINK and CHAIN messages of joint tagging and parsing) and ``engine.constituency.kernel`` (inside-outside over
+(TAGLINK and CHAIN messages of joint tagging and parsing), ``engine.inference.relaxed_scan`` (relaxed inference's
+gain screen and eta) and ``engine.constituency.kernel`` (inside-outside over
 anchored items, the live binary items of a pruning mask).
 """
 
@@ -33,7 +34,10 @@ from engine.features.second_order import (
     triple_tables,
 )
 from engine.features.templates import ArcTemplate
+from engine.graph.family import all_arcs
+from engine.graph.pairwise import PairFamily, grand_arcs
 from engine.graph.tags import TagChain, TagLink
+from engine.inference.relaxed_scan import left_out_eta, screen
 from engine.scoring.fused import ArcScorer
 from engine.scoring.triple_deltas import copy_deltas
 
@@ -51,6 +55,18 @@ def _constituency() -> None:
     factor = make_factor(grammar, np.zeros((1, 2, 2, 2)), np.zeros((4, 2, 2)), np.zeros((2, 3, 2)),
                          substates(grammar, 2))
     inside_outside(items, factor, AnchoredScores.zeros(items))
+
+
+def _relaxed() -> None:
+    """The relaxed controller's gain screen and eta pass on a two-word sentence's GRAND family."""
+    valid = all_arcs(2)
+    one = PairFamily(2, valid, grand_arcs(2, valid), np.ones(2), "grand")  # read-only weights
+    stacked: PairFamily = PairFamily.stack([one, one])  # type: ignore[assignment]
+    for family in (one, stacked):  # a stack's weights are writable: another signature
+        beliefs, active = np.full(family.valid.size, 0.5), np.zeros(family.size, dtype=np.bool_)
+        screen(family, beliefs, active, 1e-4)
+        screen(family, beliefs, None, 1e-4)
+        left_out_eta(family, beliefs, active, np.array([0, family.size]), np.zeros(1))
 
 
 def _copy_deltas(tokens: _Tokens, triples: np.ndarray) -> None:
@@ -99,6 +115,7 @@ def warm_up() -> float:
         np.zeros(2), np.zeros((2, 2)), np.zeros((2, 2)))
     TagChain(np.zeros((1, 2, 2)), np.zeros(2), np.zeros(2), allowed).propagate(np.zeros((2, 2)))
     _constituency()
+    _relaxed()
     return time.perf_counter() - start
 
 

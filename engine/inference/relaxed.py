@@ -49,8 +49,9 @@ then already what the tree factor would send at the start of the next solve (new
 0), so that solve does not recompute it (``BPResult.settled``, ``engine.inference.bp.Repeats``). Each
 BP iteration costs one tree update plus the pairwise updates of the factors in F'. Each separation
 round costs O(F) over the F candidates: two bounds screen most of them before eq. 3, the first
-without an exponential per factor (``relaxed_gain.gain_exceeds``). eta costs another O(F) pass over the final
-beliefs, without an exponential either.
+without an exponential per factor (``relaxed_gain.gain_exceeds``), in one compiled pass that reads each
+candidate once (``relaxed_scan.screen``). eta costs another such pass over the final beliefs
+(``relaxed_scan.left_out_eta``), without an exponential either.
 """
 
 from __future__ import annotations
@@ -80,13 +81,15 @@ from engine.inference.bp import (
 )
 from engine.inference.fields import Setting, check_settings, setting
 from engine.inference.relaxed_gain import (
+    eq3_exceeds,
     eta_bound,
     factor_gain,
     gain_exceeds,
     marginal_interval,
     pair_feature_expectations,
-    positive_form,
 )
+from engine.inference.relaxed_scan import left_out_eta as scan_eta
+from engine.inference.relaxed_scan import screen
 
 __all__ = ["PrunedConfig", "RelaxedConfig", "RelaxedResult", "eta_bound", "factor_gain", "infer", "infer_many",
            "marginal_interval", "pair_feature_expectations", "pruned_bp", "pruned_bp_many", "relaxed_bp",
@@ -178,15 +181,6 @@ def _candidates(families: Sequence[FactorFamily]) -> list[int]:
     return [i for i, f in enumerate(families) if isinstance(f, PairFamily) and np.isfinite(f.theta).all()]
 
 
-def _segment_sums(values: np.ndarray, cuts: np.ndarray) -> np.ndarray:
-    """Sums of ``values[cuts[j]:cuts[j + 1]]`` per segment j (0 for an empty one); ``cuts`` ascending."""
-    out = np.zeros(len(cuts) - 1)
-    filled = cuts[:-1] < cuts[1:]
-    if filled.any():
-        out[filled] = np.add.reduceat(values, cuts[:-1][filled])
-    return out
-
-
 def _bounds(family: FactorFamily) -> np.ndarray:
     """Each sentence's factors ``[bounds[j], bounds[j + 1])`` of a (stacked) pair family."""
     return family.bounds if family.bounds is not None else np.array([0, family.size])  # type: ignore[attr-defined]
@@ -226,9 +220,10 @@ class _Stack:
     added since from uninformative ones), and families whose update would repeat the previous solve's
     last one (``StackResult.settled``: TREE and LINK after the first, exact solve) are not updated again.
     A candidate family's messages are kept for the factors of its last sub-graph only (``sparse``,
-    ``_grown``), so no round builds an array over all O(n^3) candidates besides the gain scan's and eta's
-    passes, which read each candidate once. Sentences leave the stack when their controller stops
-    (``keep``); per-sentence diagnostics are kept by their index in the original stack (``ids``)."""
+    ``_grown``), so no round builds an array over all O(n^3) candidates besides the gain scan's mask (one
+    byte per candidate); the gain scan and eta read each candidate once (``relaxed_scan``). Sentences leave
+    the stack when their controller stops (``keep``); per-sentence diagnostics are kept by their index in
+    the original stack (``ids``)."""
 
     def __init__(self, families: list[FactorFamily], valid: np.ndarray, active: dict[int, np.ndarray],
                  warm: bool) -> None:
@@ -239,9 +234,11 @@ class _Stack:
         # per candidate family, the factors of its last solve (indices into the family) and their packed messages
         self.sparse: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.used = np.zeros(count, dtype=int)  # per sentence, the candidate factors in its graph
+        self.grown: set[int] = set()  # the candidate families with a factor in some sentence's graph
         for i, mask in active.items():
             if mask.any():
                 self.used += np.diff(np.searchsorted(np.flatnonzero(mask), _bounds(families[i])))
+                self.grown.add(i)
         self.last: tuple[list[np.ndarray | None], StackResult] | None = None
         self.settled: frozenset[int] = frozenset()
         self.iterations = np.zeros(count, dtype=int)
@@ -300,60 +297,49 @@ class _Stack:
     def separate(self, result: StackResult, epsilon: float) -> np.ndarray:
         """One separation round of Algorithm 1 for every sentence: add every left-out factor whose gain
         (Prop. 1) under the solve's beliefs exceeds ``epsilon``; returns how many each sentence added. For a
-        sentence that added none, ``eta`` (Prop. 2) over its factors left out is summed from the same
-        expectations."""
+        sentence that added none, ``eta`` (Prop. 2) over its factors left out is summed under the same
+        beliefs. Each candidate family is read once (``relaxed_scan.screen``) unless ``epsilon <= 0``."""
         self.rounds[self.ids] += 1
         beliefs = result.beliefs().reshape(-1)
         added = np.zeros(self.count, dtype=int)
-        scored = []
         for i, active in self.active.items():
             fam: PairFamily = self.families[i]  # type: ignore[assignment]
             bounds = _bounds(fam)
-            if not active.any():  # every factor is a candidate: no index array over all of them
-                mu, theta = pair_feature_expectations(fam, beliefs), fam.theta
-                new, cuts = gain_exceeds(mu, theta, epsilon), bounds
-            else:
+            mask = active if i in self.grown else None  # none active yet: no pass over the mask
+            if epsilon <= 0.0:  # every candidate with a positive gain: eq. 3 on all of them
                 out = np.flatnonzero(~active)
-                mu, theta = pair_feature_expectations(fam, beliefs, out), fam.theta[out]
-                new, cuts = out[gain_exceeds(mu, theta, epsilon)], np.searchsorted(out, bounds)
+                new = out[gain_exceeds(pair_feature_expectations(fam, beliefs, out), fam.theta[out], epsilon)]
+            else:
+                rest, mu = screen(fam, beliefs, mask, epsilon)
+                new = eq3_exceeds(rest, mu, fam.theta[rest], epsilon)
             active[new] = True
+            if len(new):
+                self.grown.add(i)
             added += np.diff(np.searchsorted(new, bounds))
-            scored.append((cuts, mu, theta))
         self.used[self.ids] += added
         none = added == 0
-        if none.any():  # the left-out factors are exactly those just scored, under the final beliefs
-            eta = np.zeros(self.count)
-            for cuts, mu, theta in scored:
-                t, m = positive_form(mu, theta)  # eta_bound's terms, per factor
-                eta += _segment_sums(t * (1.0 - m), cuts)
-            self.eta[self.ids[none]] = eta[none]
+        if none.any():  # the left-out factors are exactly those just scored, under these beliefs
+            self.eta[self.ids[none]] = self.left_out_eta(result, none, beliefs)[none]
         return added
 
-    def left_out_eta(self, result: StackResult) -> np.ndarray:
-        """Prop. 2's eta per sentence over the factors left out, from the solve's beliefs: per factor
-        ``|theta| (1 - mu~)`` as in ``eta_bound``, written ``max(theta, 0) - theta mu`` (the same number), with
-        the weights of the factors in the graph set to 0 (each then adds 0)."""
-        beliefs = result.beliefs().reshape(-1)
+    def left_out_eta(self, result: StackResult, which: np.ndarray, beliefs: np.ndarray | None = None) -> np.ndarray:
+        """Prop. 2's eta per sentence over the factors left out (computed for the sentences ``which``, a mask; 0
+        for the others), from the solve's beliefs (flat, when the caller has them): per factor ``|theta| (1 -
+        mu~)`` as in ``eta_bound``, written ``max(theta, 0) - theta mu`` (the same number), summed over the
+        factors not in the graph (``relaxed_scan``)."""
+        flat = result.beliefs().reshape(-1) if beliefs is None else beliefs
         eta = np.zeros(self.count)
         for i, mask in self.active.items():
-            fam: PairFamily = self.families[i]  # type: ignore[assignment]
-            both = fam.gather_flat(beliefs)  # (2, F): the beliefs of each factor's two links
-            term = both[0]
-            term *= both[1]  # mu
-            term *= fam.theta
-            np.subtract(np.maximum(fam.theta, 0.0), term, out=term)
-            term[mask] = 0.0  # the factors in the graph
-            eta += _segment_sums(term, _bounds(fam))
+            scan_eta(self.families[i], flat, mask, _bounds(self.families[i]), eta, which)  # type: ignore[arg-type]
         return eta
 
     def finish(self, result: StackResult, which: np.ndarray, method: str, out: list[RelaxedResult | None]) -> None:
         """The results of the stack's sentences ``which`` (a mask), from the solve that ended them."""
         if not which.any():
             return
-        if np.isnan(self.eta[self.ids[which]]).any():
-            eta = self.left_out_eta(result)
-            self.eta[self.ids[which]] = np.where(np.isnan(self.eta[self.ids[which]]), eta[which],
-                                                 self.eta[self.ids[which]])
+        missing = which & np.isnan(self.eta[self.ids])
+        if missing.any():
+            self.eta[self.ids[missing]] = self.left_out_eta(result, missing)[missing]
         used = self.used[self.ids]
         total = np.zeros(self.count, dtype=int)
         selected: dict[str, list[np.ndarray]] = {}

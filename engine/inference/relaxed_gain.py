@@ -12,8 +12,8 @@ import numpy as np
 
 from engine.graph.pairwise import PairFamily
 
-__all__ = ["eta_bound", "factor_gain", "gain_exceeds", "marginal_interval", "pair_feature_expectations",
-           "positive_form", "square_bound"]
+__all__ = ["eq3_exceeds", "eta_bound", "factor_gain", "first_limit", "gain_exceeds", "marginal_interval",
+           "pair_feature_expectations", "positive_form", "square_bound"]
 
 def positive_form(mu: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Negated form of Prop. 2: (|theta|, probability that the possibly negated feature fires)."""
@@ -93,15 +93,26 @@ def gain_exceeds(mu: np.ndarray, theta: np.ndarray, epsilon: float) -> np.ndarra
     if epsilon <= 0.0:
         return np.flatnonzero(factor_gain(mu, theta) > epsilon)
     with np.errstate(over="ignore", invalid="ignore"):  # theta > 709: inf, and 0 * inf where mu = 0
-        rest = np.flatnonzero(mu * (theta * theta) > 0.5 * epsilon / square_bound(float(np.max(theta, initial=0.0))))
+        rest = np.flatnonzero(mu * (theta * theta) > first_limit(float(np.max(theta, initial=0.0)), epsilon))
         if not len(rest):
             return rest
         mu, theta = mu[rest], theta[rest]
         keep = mu * (np.expm1(theta) - theta) > 0.5 * epsilon
-    rest, mu, theta = rest[keep], mu[keep], theta[keep]
+    return eq3_exceeds(rest[keep], mu[keep], theta[keep], epsilon)
+
+
+def first_limit(top: float, epsilon: float) -> float:
+    """The first bound's test of ``gain_exceeds``, ``mu theta^2 > first_limit(top, epsilon)``, for weights
+    ``theta <= top``: it rules out only factors whose gain is at most epsilon / 2."""
+    return 0.5 * epsilon / square_bound(top)
+
+
+def eq3_exceeds(rest: np.ndarray, mu: np.ndarray, theta: np.ndarray, epsilon: float) -> np.ndarray:
+    """Of the factors ``rest`` (F',) with probabilities ``mu`` in [0, 1] and weights ``theta`` (F',), those
+    whose gain (eq. 3, ``factor_gain``) exceeds ``epsilon``."""
     if not len(rest):
         return rest
-    return rest[_gain(np.abs(theta), np.where(theta >= 0.0, mu, 1.0 - mu)) > epsilon]  # eq. 3, mu in [0, 1]
+    return rest[_gain(np.abs(theta), np.where(theta >= 0.0, mu, 1.0 - mu)) > epsilon]
 
 
 def square_bound(t: float) -> float:
