@@ -7,7 +7,8 @@ its first request at full speed and a container image can carry the compiled cod
 at build time). Kernels: ``engine.scoring.fused`` (arc potentials straight from the tokens, one per weight
 table type), ``engine.features.second_order`` (hashing of higher-order features),
 ``engine.scoring.triple_deltas`` (what a copy of a sentence under other tags changes in them),
-``engine.decode.labeler_kernel`` (the log-linear labeller's hashing and scoring), ``engine.graph.tags``
+``engine.decode.labeler_kernel`` (the log-linear labeller's hashing and scoring), ``engine.text.linear``
+(the word classifiers' and the tokenizer's scores), ``engine.graph.tags``
 (TAGLINK and CHAIN messages of joint tagging and parsing), ``engine.inference.relaxed_scan`` (relaxed inference's
 gain screen and eta) and ``engine.constituency.kernel`` (inside-outside over
 anchored items, the live binary items of a pruning mask).
@@ -40,6 +41,7 @@ from engine.graph.tags import TagChain, TagLink
 from engine.inference.relaxed_scan import left_out_eta, screen
 from engine.scoring.fused import ArcScorer
 from engine.scoring.triple_deltas import copy_deltas
+from engine.text.linear import HashedLogLinear
 
 
 class _Tokens:
@@ -110,6 +112,9 @@ def warm_up() -> float:
         extract_triples(tokens[0], tuple(default_second_order([family])), triples, 1 << 10)
     _copy_deltas(tokens[0], triples)
     _labeller(tokens[0])
+    for dtype in (np.float32, np.float64):  # the tokenizer's, lemmatizer's and morphological tagger's scores
+        HashedLogLinear(np.array([5], dtype=np.uint64), np.zeros((2, 3), dtype=dtype)).scores(
+            np.array([[5, 6]], dtype=np.uint64))
     allowed = np.array([[True, False], [True, True], [True, True]])
     TagLink(2, np.array([0, 1]), np.array([1, 2]), np.zeros((2, 2, 2)), allowed).propagate(
         np.zeros(2), np.zeros((2, 2)), np.zeros((2, 2)))

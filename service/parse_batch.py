@@ -3,8 +3,9 @@
 Requests in one batch share the model and the inference settings (``ParseWork.key``). Each request's input
 is checked on its own (a 422 goes to that request only); the sentences of all the valid ones are then
 tagged together (``service.inputs.tag_sentences``: each sentence's tag draws are seeded by its words) and
-parsed in one engine call (``service.parsing.run_inference``, which stacks sentences of one length), and
-the parses are split back and each request's response built on its own. If the stacked call fails, every
+parsed in one engine call (``service.parsing.run_inference``, which stacks sentences of one length), their
+LEMMA and FEATS filled in one call, and the parses are split back and each request's response built on its
+own. If the stacked call fails, every
 request of the batch is run again alone, so that a failure reaches only the request that causes it.
 
 A sentence's parse does not depend on the other sentences of its batch except for floating-point rounding:
@@ -49,8 +50,10 @@ class ParseWork:
         """Requests with equal keys can be parsed in one engine call: same model, same inference settings."""
         return (self.entry.path, id(self.entry.pipeline), self.req.inference.model_dump_json())
 
-    def respond(self, sentences: list[Sentence], parsed: list[ParsedSentence]) -> dict[str, Any] | str:
-        if self.morphology:
+    def respond(self, sentences: list[Sentence], parsed: list[ParsedSentence],
+                filled: bool = False) -> dict[str, Any] | str:
+        """The request's response; ``filled``: its LEMMA and FEATS were already filled with its batch's."""
+        if self.morphology and not filled:
             parsing.fill_morphology(self.entry.pipeline, sentences, parsed)
         result = self.build(sentences, parsed)
         if isinstance(result, str):
@@ -89,12 +92,29 @@ def _run_dependency(works: list[ParseWork]) -> list[Any]:
         for i, _ in ready:  # find the request that fails: each alone, from its input again
             outcomes[i] = run_alone(works[i])
         return outcomes
+    filled = _fill_morphology_together(works, ready, parses)
     for (i, sentences), parsed in zip(ready, parses, strict=True):
         try:
-            outcomes[i] = works[i].respond(sentences, parsed)
+            outcomes[i] = works[i].respond(sentences, parsed, filled)
         except Exception as e:
             outcomes[i] = e
     return outcomes
+
+
+def _fill_morphology_together(works: list[ParseWork], ready: list[tuple[int, list[Sentence]]],
+                              parses: list[list[ParsedSentence]]) -> bool:
+    """LEMMA and FEATS of every request of the batch that wants them in one call (one sentence's analysis
+    does not depend on the others', and one call for the batch costs a third of one per request); False if
+    it failed, so that each request fills its own and a failure reaches only the request that causes it."""
+    wanted = [(sentences, parsed) for (i, sentences), parsed in zip(ready, parses, strict=True) if works[i].morphology]
+    if not wanted:
+        return True
+    try:
+        parsing.fill_morphology(works[ready[0][0]].entry.pipeline, [s for group, _ in wanted for s in group],
+                                [p for _, group in wanted for p in group])
+    except Exception:
+        return False
+    return True
 
 
 def run_alone(work: ParseWork) -> Any:

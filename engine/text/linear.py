@@ -16,10 +16,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit  # type: ignore[import-untyped]
 
 from engine.optim import AdaGrad, EpochLoop
 
 log = logging.getLogger(__name__)
+
+
+@njit(cache=True, nogil=True)
+def _row_sums(weights: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
+    """``out[i] += weights[rows[i, 0]] + weights[rows[i, 1]] + ...`` in float64, one feature after another."""
+    for i in range(rows.shape[0]):
+        for f in range(rows.shape[1]):
+            r = rows[i, f]
+            for k in range(weights.shape[1]):
+                out[i, k] += weights[r, k]
 
 
 @dataclass
@@ -57,10 +68,13 @@ class HashedLogLinear:
         return out.reshape(feats.shape)
 
     def scores(self, feats: np.ndarray, block: int = 1 << 16) -> np.ndarray:
-        """Class scores (N, K) float64 of a key matrix (N, F), in blocks of rows to bound memory."""
-        out = np.empty((feats.shape[0], self.n_classes), dtype=np.float64)
+        """Class scores (N, K) float64 of a key matrix (N, F), in blocks of rows to bound memory: each row's
+        weights added in float64 in feature order (``_row_sums``: what ``weights[rows].sum(axis=1,
+        dtype=np.float64)`` computes, without its (N, F, K) temporary)."""
+        out = np.zeros((feats.shape[0], self.n_classes), dtype=np.float64)
+        weights = self.weights if self.weights.dtype in (np.float32, np.float64) else self.weights.astype(np.float64)
         for a in range(0, feats.shape[0], block):
-            out[a:a + block] = self.weights[self.rows(feats[a:a + block])].sum(axis=1, dtype=np.float64)
+            _row_sums(np.ascontiguousarray(weights), self.rows(feats[a:a + block]), out[a:a + block])
         return out
 
     def probabilities(self, feats: np.ndarray) -> np.ndarray:

@@ -7,11 +7,13 @@ from engine.compiled import warm_up
 from engine.decode import labeler_kernel
 from engine.features import second_order
 from engine.scoring import fused, triple_deltas
+from engine.text import linear
 
 
 def test_warm_up_compiles_every_parsing_kernel_for_every_weight_type() -> None:
     assert warm_up() >= 0
-    per_weight_type = {fused._scores_kernel: 3, triple_deltas._deltas_kernel: 3, labeler_kernel.row_scores: 2}
+    per_weight_type = {fused._scores_kernel: 3, triple_deltas._deltas_kernel: 3, labeler_kernel.row_scores: 2,
+                       linear._row_sums: 2}
     for kernel, types in per_weight_type.items():
         assert len(kernel.signatures) >= types, kernel
     for kernel in (second_order._triple_kernel, labeler_kernel.group_ids, labeler_kernel.unique_rows):

@@ -4,6 +4,7 @@ a request gets the same answer in a batch as alone, errors reach only their own 
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -193,3 +194,34 @@ def test_estimated_words_of_each_input_form(tmp_path: Path) -> None:
     conllu = "# text = Dogs bark.\n1-2\tDogs\t_\t_\t_\t_\t_\t_\t_\t_\n1\tDogs\t_\n2\tbark\t_\n3\t.\t_\n\n"
     assert estimated_words(ParseRequest(conllu=conllu)) == 3
     assert estimated_words(ParseRequest(text="The parser tells you how sure it is. Try it!")) == 12
+
+
+def test_a_failing_batch_morphology_is_retried_per_request(client: TestClient,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """LEMMA and FEATS are filled for the whole batch in one call; if that call fails, each request fills its
+    own: the failure reaches only the request that causes it, the others get their normal answer."""
+    state = state_of(client)
+    entry = state.registry.get(None)
+    assert entry.pipeline.lemmatizer is not None  # the default model has the components
+    real = parsing.fill_morphology
+    calls: list[int] = []
+
+    def fragile(pipeline: Any, sentences: list[Any], parsed: list[Any]) -> None:
+        calls.append(len(sentences))
+        if any("BOOM" in s.forms for s in sentences):
+            raise FloatingPointError("cannot analyse BOOM")
+        real(pipeline, sentences, parsed)
+
+    def work(words: list[str]) -> ParseWork:
+        req = ParseRequest(tokens=[words], tags=[["X"] * len(words)], inference={"tag_samples": 0})
+        return ParseWork(req, entry, parsing.parse_json, state.settings, morphology=True)
+
+    expected = parse_batch.run_alone(work(WORDS2))
+    assert {t["lemma"] for t in expected["sentences"][0]["tokens"]} != {"_"}
+    monkeypatch.setattr(parsing, "fill_morphology", fragile)
+    calls.clear()
+    good, boom, also_good = run_batch([work(WORDS2), work(["BOOM", "!"]), work(WORDS2)])
+    assert calls[0] == 3  # one call for the batch's three sentences first
+    assert isinstance(boom, FloatingPointError)
+    for answer in (good, also_good):  # parsed in the stack of three: probabilities equal up to rounding
+        assert_same_parse(copy.deepcopy(expected), answer)
