@@ -32,6 +32,7 @@ from typing import Any
 # (stage, module, attribute): each patched where the caller looks the name up
 STAGES: tuple[tuple[str, str, str], ...] = (
     ("reading", "engine.cli", "read_conllu"),
+    ("model loading", "engine.pipeline.Pipeline", "load"),
     ("tokenising", "engine.pipeline.Pipeline", "tokenize"),
     ("tagging", "engine.pipeline.Pipeline", "tag_and_sample"),
     ("features", "engine.features.extract.FeatureExtractor", "extract"),
@@ -53,6 +54,7 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("labelling", "engine.parser", "label_arcs"),
     ("labelling", "engine.decode.tag_marginal", "label_distributions"),
     ("labelling", "engine.decode.tag_marginal", "label_arcs"),
+    ("LEMMA/FEATS", "engine.pipeline.Pipeline", "analyse"),
     ("scoring+writing", "engine.evaluation.metrics", "attachment_scores"),
     ("scoring+writing", "engine.cli", "_system_conllu"),
     ("scoring+writing", "engine.evaluation.ud_align", "evaluate_ud"),
