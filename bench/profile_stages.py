@@ -55,9 +55,10 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("labelling", "engine.decode.tag_marginal", "label_distributions"),
     ("labelling", "engine.decode.tag_marginal", "label_arcs"),
     ("LEMMA/FEATS", "engine.pipeline.Pipeline", "analyse"),
-    ("scoring+writing", "engine.evaluation.metrics", "attachment_scores"),
+    ("scoring+writing", "engine.cli", "attachment_scores"),
+    ("scoring+writing", "engine.cli", "confidence_scores"),
+    ("scoring+writing", "engine.cli", "evaluate_ud"),
     ("scoring+writing", "engine.cli", "_system_conllu"),
-    ("scoring+writing", "engine.evaluation.ud_align", "evaluate_ud"),
 )
 
 
