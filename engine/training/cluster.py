@@ -41,6 +41,12 @@ from engine.kernels.exact import TreeConstraint
 CLUSTER_SPEC = re.compile(r"local:(?P<n>[1-9][0-9]*)|tcp://[^\s:/]+:[0-9]+")
 TIMEOUT = "120s"  # starting a LocalCluster's workers and waiting for them
 CONNECT_TIMEOUT = "30s"  # reaching an existing scheduler (it answers in milliseconds when it is up)
+# Dask starts its workers with MALLOC_TRIM_THRESHOLD_=65536 (to hand freed memory back to the OS). Setting any
+# malloc threshold turns off glibc's dynamic mmap threshold, so every numpy temporary above 128 KB is mapped and
+# unmapped again and its pages faulted in afresh: training ran 1.3x slower per seed in a worker than in a plain
+# process, and exactly as slow in a plain process given that variable (docs/results/cluster.md). Our local
+# workers start without it; `dask worker` processes started by hand still get it unless told otherwise.
+WORKER_ENVIRON = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 
 
 def check_spec(spec: str) -> None:
@@ -55,6 +61,7 @@ def connect(spec: str) -> Iterator[Any]:
     ``local:N`` (closed on exit), or to the existing scheduler at ``tcp://HOST:PORT``."""
     check_spec(spec)
     try:
+        import dask
         from distributed import Client, LocalCluster  # optional dependency (the `cluster` extra): imported here only
     except ImportError as e:
         raise ImportError(f"--cluster needs dask and distributed: pip install 'bp-parser[cluster]' ({e})") from e
@@ -63,7 +70,8 @@ def connect(spec: str) -> Iterator[Any]:
     assert match is not None
     if match.group("n"):
         n = int(match.group("n"))
-        with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+        with dask.config.set(WORKER_ENVIRON), \
+                LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
                 Client(cluster, timeout=TIMEOUT) as client:
             client.wait_for_workers(n, timeout=TIMEOUT)
             yield client

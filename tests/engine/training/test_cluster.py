@@ -128,3 +128,23 @@ def test_the_engine_imports_without_dask(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "refused"
+
+
+def _malloc_environ() -> dict[str, str | None]:
+    import os
+
+    return {k: os.environ.get(k) for k in ("MALLOC_TRIM_THRESHOLD_", "OPENBLAS_NUM_THREADS")}
+
+
+@pytest.mark.slow
+def test_local_workers_start_without_a_malloc_trim_threshold() -> None:
+    """``--cluster local:N`` workers keep glibc's dynamic mmap threshold (Dask would set MALLOC_TRIM_THRESHOLD_,
+    which made training 1.3x slower per seed, docs/results/cluster.md) and Dask's other settings (one BLAS
+    thread)."""
+    pytest.importorskip("distributed", reason="dask.distributed is not installed (the cluster extra)")
+    from engine.training.cluster import connect
+
+    with connect("local:1") as client:
+        (environ,) = client.run(_malloc_environ).values()
+    assert environ["MALLOC_TRIM_THRESHOLD_"] is None
+    assert environ["OPENBLAS_NUM_THREADS"] is not None
