@@ -6,7 +6,7 @@ DEPREL and MISC of ordinary word lines (integer IDs) are replaced. A token line'
 ``line.split("\\t")``, CoNLL-U's rule. The ``conllu`` library used to parse them first, but its columns
 were kept only where they equalled the split (it also splits on two spaces and strips lines), so it never
 changed a column and cost 0.6 s for each read of EWT dev, a quarter of a first-order ``evaluate`` (issue
-20). Validation is ours, because the library neither knows line numbers nor rejects short lines: problems
+20); nor did it validate what this module must (it knows no line numbers and accepts short lines). Problems
 raise ``ConlluError`` as ``FILE:LINE: problem``.
 """
 
