@@ -26,6 +26,7 @@ it); the independent trainings run as tasks (``engine.training.tasks``) are, by 
 
 from __future__ import annotations
 
+import os
 import re
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -70,7 +71,7 @@ def connect(spec: str) -> Iterator[Any]:
     assert match is not None
     if match.group("n"):
         n = int(match.group("n"))
-        with dask.config.set(WORKER_ENVIRON), \
+        with dask.config.set(WORKER_ENVIRON), _without_malloc_trim(), \
                 LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
                 Client(cluster, timeout=TIMEOUT) as client:
             client.wait_for_workers(n, timeout=TIMEOUT)
@@ -82,6 +83,18 @@ def connect(spec: str) -> Iterator[Any]:
             raise ConnectionError(f"cannot reach the Dask scheduler at {spec} ({e})".replace("\n", " ")) from e
         with client, _scheduler_loss(client, spec):
             yield client
+
+
+@contextmanager
+def _without_malloc_trim() -> Iterator[None]:
+    """The worker processes started inside inherit no ``MALLOC_TRIM_THRESHOLD_`` from this process either: a
+    Dask nanny started here before (another cluster) writes Dask's default into ``os.environ``. Put back after."""
+    saved = os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["MALLOC_TRIM_THRESHOLD_"] = saved
 
 
 @contextmanager
