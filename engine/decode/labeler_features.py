@@ -100,8 +100,6 @@ _NONE = hash_string("<NONE>")
 _ROOT = "<ROOT>"
 _SMALL = {name: hash_strings([f"{name}{i}" for i in range(32)])
           for name in ("punct", "position", "children", "dir", "dist", "gdir", "cside", "sside")}
-_MUL = np.uint64(0x9E3779B97F4A7C15)
-_SHIFT = np.uint64(32)
 
 
 @lru_cache(maxsize=1 << 16)
@@ -270,14 +268,6 @@ def _token_codes(sentences: Sequence[Tokens], heads: Sequence[np.ndarray], atoms
     return _Arcs(codes, t.dep, t.head, t.grand, t.pos, t.head_pos, t.children)
 
 
-def _roll(x: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """One step of a multiply-xorshift rolling hash (in place, wrapping uint64)."""
-    x ^= values
-    x *= _MUL
-    x ^= x >> _SHIFT
-    return x
-
-
 class CompiledTemplates:
     """Templates as rows of column indices into per-arc atom matrices.
 
@@ -330,8 +320,8 @@ class CompiledTemplates:
     def feature_ids(self, sentences: Sequence[Tokens], heads: Sequence[np.ndarray], buckets: int,
                     context: Sequence[Sequence[str]] | None = None) -> np.ndarray:
         """(total words, width) int32 hashed feature rows in ``[1, buckets)`` (a power of two), 0 = null
-        (the templates hashed arc by arc in ``engine.decode.labeler_kernel``; the same ids as
-        ``feature_ids_numpy``)."""
+        (the templates hashed arc by arc in ``engine.decode.labeler_kernel``; the same ids as hashing each
+        template atom in numpy, the reference in ``tests/engine/decode/test_labeler_kernel.py``)."""
         a, arc = self._arcs(sentences, heads, context)
         out = np.empty((len(a.dep), self.width), dtype=np.int32)
         first = 0
@@ -352,41 +342,3 @@ class CompiledTemplates:
         arc = np.stack([_SMALL["dir"][right.astype(np.int64)], _SMALL["dist"][dist], _SMALL["gdir"][gdir],
                         np.zeros(len(a.dep), dtype=np.uint64)], axis=1)
         return a, arc
-
-    def feature_ids_numpy(self, sentences: Sequence[Tokens], heads: Sequence[np.ndarray], buckets: int,
-                          context: Sequence[Sequence[str]] | None = None) -> np.ndarray:
-        """``feature_ids`` in numpy, one pass per template atom (the reference the compiled path is tested on)."""
-        a, arc = self._arcs(sentences, heads, context)
-        n = len(a.dep)
-        single = np.concatenate([a.codes[a.dep], a.codes[a.head], a.codes[a.grand], arc], axis=1)
-        mask = np.uint64(buckets - 1)
-        out = []
-        for bag, seeds, one, many in self.groups:
-            x = np.broadcast_to(seeds, (n, len(seeds))).copy()
-            values = single[:, one]  # (n, templates, atoms)
-            for j in range(one.shape[1]):
-                _roll(x, values[:, :, j])
-            if bag:
-                owner = a.dep if bag == "c" else a.head
-                members = a.children[owner]  # (n, slots)
-                valid = members != a.none
-                if bag == "c":
-                    side = _SMALL["cside"][(members < a.dep[:, None]).astype(np.int64)]
-                else:
-                    valid &= members != a.dep[:, None]
-                    side = _SMALL["sside"][(members < a.dep[:, None]) + 2 * (members < a.head[:, None])]
-                table = np.concatenate([a.codes[members], side[..., None],
-                                        np.zeros((n, BAG_SLOTS, 1), dtype=np.uint64)], axis=2)
-                x = np.repeat(x[:, None, :], BAG_SLOTS, axis=1)
-                values = table[:, :, many]  # (n, slots, templates, atoms)
-                for j in range(many.shape[1]):
-                    _roll(x, values[..., j])
-                ids = (x & mask).astype(np.int32)
-                np.maximum(ids, 1, out=ids)
-                ids[~valid] = 0
-                out.append(ids.reshape(n, BAG_SLOTS * len(seeds)))
-            else:
-                ids = (x & mask).astype(np.int32)
-                np.maximum(ids, 1, out=ids)
-                out.append(ids)
-        return np.concatenate(out, axis=1) if len(out) > 1 else out[0]

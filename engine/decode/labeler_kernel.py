@@ -19,7 +19,7 @@ _ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 @njit(cache=True, nogil=True, inline="always")
 def _roll(x: np.uint64, value: np.uint64) -> np.uint64:
-    """One step of the rolling hash (``labeler_features._roll`` for one value)."""
+    """One step of the multiply-xorshift rolling hash (wrapping uint64)."""
     x = (x ^ value) * _MUL
     return x ^ (x >> _SHIFT)
 

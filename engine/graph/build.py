@@ -66,10 +66,10 @@ def _gold_arcs(heads: np.ndarray) -> np.ndarray:
     return y
 
 
-def _weight_sums(weights: np.ndarray, feats: np.ndarray) -> np.ndarray:
-    """``weights[feats].sum(axis=1)`` in float64 whatever the weights' type (a model's float16 weights, 8 MB
-    for the shipped second-order block where float64 takes 32, give the same sums: each value is exact)."""
-    return np.asarray(weights[feats], dtype=np.float64).sum(axis=1)
+def _feature_weights(weights: np.ndarray, feats: np.ndarray) -> np.ndarray:
+    """``weights[feats]`` in float64 whatever the weights' type (a model's float16 weights, 8 MB for the shipped
+    second-order block where float64 takes 32, give the same values, and so the same sums: each is exact)."""
+    return np.asarray(weights[feats], dtype=np.float64)
 
 
 MixtureCodes = dict[tuple[str, ...], tuple[np.ndarray, np.ndarray, np.ndarray]]
@@ -88,7 +88,7 @@ def _factor_scores(tokens: Tokens, templates: Sequence[TripleTemplate], triples:
     dim = len(weights) - offset
     if mixture is None or not mixture.copies or not triples.shape[1]:
         feats = extract_triples(tokens, templates, triples, dim, direction=direction) + offset
-        return feats, _weight_sums(weights, feats)
+        return feats, _feature_weights(weights, feats).sum(axis=1)
     attrs = template_attributes(templates)
     if tuple(attrs) not in codes:
         mine = attribute_codes(tokens, attrs)
@@ -97,7 +97,7 @@ def _factor_scores(tokens: Tokens, templates: Sequence[TripleTemplate], triples:
     mine, stacked, changed = codes[tuple(attrs)]
     tables = triple_tables(tokens, templates, triples, direction, mine)
     feats = hashed(tables, dim) + offset
-    own = np.asarray(weights[feats], dtype=np.float64)
+    own = _feature_weights(weights, feats)
     scores = own.sum(axis=1)
     which, touched = np.nonzero(changed[:, triples].any(axis=1))  # (copy, factor) pairs to score again
     if not touched.size:

@@ -72,9 +72,10 @@ class HashedLogLinear:
         weights added in float64 in feature order (``_row_sums``: what ``weights[rows].sum(axis=1,
         dtype=np.float64)`` computes, without its (N, F, K) temporary)."""
         out = np.zeros((feats.shape[0], self.n_classes), dtype=np.float64)
-        weights = self.weights if self.weights.dtype in (np.float32, np.float64) else self.weights.astype(np.float64)
+        weights = np.ascontiguousarray(self.weights if self.weights.dtype in (np.float32, np.float64)
+                                       else self.weights.astype(np.float64))
         for a in range(0, feats.shape[0], block):
-            _row_sums(np.ascontiguousarray(weights), self.rows(feats[a:a + block]), out[a:a + block])
+            _row_sums(weights, self.rows(feats[a:a + block]), out[a:a + block])
         return out
 
     def probabilities(self, feats: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ from engine.text import linear
 
 
 def test_warm_up_compiles_every_parsing_kernel_for_every_weight_type() -> None:
-    assert warm_up() >= 0
+    warm_up()
     per_weight_type = {fused._scores_kernel: 3, triple_deltas._deltas_kernel: 3, labeler_kernel.row_scores: 2,
                        linear._row_sums: 2}
     for kernel, types in per_weight_type.items():

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from engine.data.conllu_io import read_conllu
-from engine.decode.labeler_features import CompiledTemplates
-from engine.decode.labeler_kernel import row_scores, unique_rows
+from engine.decode.labeler_features import _SMALL, BAG_SLOTS, CompiledTemplates
+from engine.decode.labeler_kernel import _MUL, _SHIFT, row_scores, unique_rows
 from engine.decode.loglinear_labeler import (
     CONTEXT_TEMPLATES,
     DEFAULT_TEMPLATES,
@@ -22,6 +22,55 @@ from engine.decode.loglinear_labeler import (
     label_scores,
 )
 from engine.decode.tag_marginal import retagged
+
+
+def _roll(x: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """One step of the multiply-xorshift rolling hash (in place, wrapping uint64), as ``labeler_kernel`` does it."""
+    x ^= values
+    x *= _MUL
+    x ^= x >> _SHIFT
+    return x
+
+
+def feature_ids_numpy(compiled: CompiledTemplates, sentences: list, heads: list, buckets: int,
+                      context: list | None = None) -> np.ndarray:
+    """``CompiledTemplates.feature_ids`` in numpy, one pass per template atom: the reference the compiled path is
+    tested on."""
+    a, arc = compiled._arcs(sentences, heads, context)
+    n = len(a.dep)
+    single = np.concatenate([a.codes[a.dep], a.codes[a.head], a.codes[a.grand], arc], axis=1)
+    mask = np.uint64(buckets - 1)
+    out = []
+    for bag, seeds, one, many in compiled.groups:
+        x = np.broadcast_to(seeds, (n, len(seeds))).copy()
+        values = single[:, one]  # (n, templates, atoms)
+        for j in range(one.shape[1]):
+            _roll(x, values[:, :, j])
+        if bag:
+            owner = a.dep if bag == "c" else a.head
+            members = a.children[owner]  # (n, slots)
+            valid = members != a.none
+            if bag == "c":
+                side = _SMALL["cside"][(members < a.dep[:, None]).astype(np.int64)]
+            else:
+                valid &= members != a.dep[:, None]
+                side = _SMALL["sside"][(members < a.dep[:, None]) + 2 * (members < a.head[:, None])]
+            table = np.concatenate([a.codes[members], side[..., None],
+                                    np.zeros((n, BAG_SLOTS, 1), dtype=np.uint64)], axis=2)
+            x = np.repeat(x[:, None, :], BAG_SLOTS, axis=1)
+            values = table[:, :, many]  # (n, slots, templates, atoms)
+            for j in range(many.shape[1]):
+                _roll(x, values[..., j])
+            ids = (x & mask).astype(np.int32)
+            np.maximum(ids, 1, out=ids)
+            ids[~valid] = 0
+            out.append(ids.reshape(n, BAG_SLOTS * len(seeds)))
+        else:
+            ids = (x & mask).astype(np.int32)
+            np.maximum(ids, 1, out=ids)
+            out.append(ids)
+    return np.concatenate(out, axis=1) if len(out) > 1 else out[0]
+
 
 UPOS = ["NOUN", "VERB", "DET", "ADJ", "PUNCT", "PRON", "ADP", "_", "UNSEEN"]
 LABELS = [f"rel{i}" for i in range(7)]
@@ -70,9 +119,9 @@ def _reference(model: LogLinearLabeler, sentences: list, heads: list) -> list[np
         context = None
         if model.context is not None:
             first = model.context
-            p = _softmax(label_scores(first.weights, first._compiled.feature_ids_numpy([s], [h], first.buckets)))
+            p = _softmax(label_scores(first.weights, feature_ids_numpy(first._compiled, [s], [h], first.buckets)))
             context = [[first.labels[i] for i in p.argmax(axis=1)]]
-        ids = model._compiled.feature_ids_numpy([s], [h], model.buckets, context)
+        ids = feature_ids_numpy(model._compiled, [s], [h], model.buckets, context)
         out.append(_softmax(label_scores(model.weights, ids)))
     return out
 
@@ -86,7 +135,7 @@ def test_compiled_ids_equal_numpy_ids(seed: int) -> None:
         compiled = CompiledTemplates(templates)
         for buckets in (1 << 4, 1 << 17):
             fast = compiled.feature_ids(sentences, heads, buckets, ctx)
-            slow = compiled.feature_ids_numpy(sentences, heads, buckets, ctx)
+            slow = feature_ids_numpy(compiled, sentences, heads, buckets, ctx)
             assert fast.dtype == slow.dtype == np.int32
             np.testing.assert_array_equal(fast, slow)
             alone = np.concatenate([compiled.feature_ids([s], [h], buckets, None if ctx is None else [c])
