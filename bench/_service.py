@@ -71,25 +71,60 @@ def service(url: str | None = None, ready_timeout: float = 300.0,
                     proc.wait()
 
 
-def peak_rss_mb(pid: int | None) -> float | None:
-    """Peak resident set size (VmHWM) of a live process in MB, from /proc (None if unknown)."""
-    if pid is None:
-        return None
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (the service's parse processes), from /proc."""
+    tree, i = [pid], 0
+    while i < len(tree):
+        try:
+            for task in Path(f"/proc/{tree[i]}/task").iterdir():
+                tree += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+        i += 1
+    return tree
+
+
+def _status_kb(pid: int, field: str, name: str = "status") -> int | None:
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
+        for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
     except OSError:
         pass
     return None
 
 
-def cpu_seconds(pid: int | None) -> float | None:
-    """User plus system CPU seconds a live process (not its children) has used so far, from /proc."""
+def peak_rss_mb(pid: int | None) -> float | None:
+    """Peak resident set size (VmHWM) of a live process in MB, from /proc (None if unknown)."""
+    kb = None if pid is None else _status_kb(pid, "VmHWM")
+    return None if kb is None else round(kb / 1024, 1)
+
+
+def tree_memory_mb(pid: int | None) -> dict[str, float | int] | None:
+    """The memory of a process and its descendants now: their summed proportional set size (PSS: a page shared
+    by k processes counts 1/k to each, so the sum counts every page once; what the server tree costs the
+    machine), the largest peak RSS of any one of them, and how many there are."""
     if pid is None:
         return None
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+    tree = process_tree(pid)
+    pss = [_status_kb(p, "Pss", "smaps_rollup") for p in tree]
+    peaks = [_status_kb(p, "VmHWM") for p in tree]
+    return {"processes": len(tree), "pss_mb": round(sum(k for k in pss if k) / 1024, 1),
+            "largest_peak_rss_mb": round(max((k for k in peaks if k), default=0) / 1024, 1)}
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User plus system CPU seconds a live process and its live descendants (parse processes) have used so far,
+    from /proc."""
+    if pid is None:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
+    total = 0.0
+    for p in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            if p == pid:
+                return None
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
+    return total

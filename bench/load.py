@@ -14,11 +14,14 @@ tagged`` also sends the gold UPOS tags (``"tags"``), so nothing is tagged or tag
 A 503 carrying Retry-After counts as "rejected" (the client then waits Retry-After seconds, capped by the
 time left) and is listed apart from the errors (any other non-2xx status by code, or a transport failure by
 exception name). Throughput and latency percentiles count successful (2xx) responses only; words/s is the
-words of those responses over the whole run. The server's peak RSS (VmHWM) is read from /proc at the end
-when the script started the server. ``--compare-unbatched`` starts two servers, one batching and one with
+words of those responses over the whole run. Server CPU seconds count the server process and its parse
+processes (``PARSER_PARSE_PROCESSES``). Memory is read from /proc at the end when the script started the
+server: the server process's peak RSS (VmHWM), and ``server_memory``: the summed PSS of the server and its parse
+processes (their shared model pages counted once: what the server costs the machine) and the largest peak RSS
+of any one of them. ``--compare-unbatched`` starts two servers, one batching and one with
 ``PARSER_BATCHING=false`` (every request parsed alone), loads them in alternating segments (each gets
 --duration seconds in all; the machine's other work weighs on both alike) and reports the ratio of words/s
-and of words per CPU-second of the server process (less sensitive to other work on a shared machine).
+and of words per CPU-second of the server's processes (less sensitive to other work on a shared machine).
 Prints one JSON object.
 """
 
@@ -37,7 +40,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from _service import ROOT, cpu_seconds, peak_rss_mb, service  # noqa: E402  (bench/ is on sys.path when this script runs)
+from _service import ROOT, cpu_seconds, peak_rss_mb, service, tree_memory_mb  # noqa: E402  (bench/ is on sys.path when this script runs)
 
 sys.path.insert(0, str(ROOT))
 from engine.data.conllu_io import read_conllu  # noqa: E402
@@ -145,8 +148,8 @@ def measure(args: argparse.Namespace, pool: list, env: dict[str, str]) -> dict:
     stats = new_stats()
     with service(args.url, args.ready_timeout, env) as (url, server_cmd, pid):
         segment(args, url, pid, pool, args.duration, stats)
-        rss = peak_rss_mb(pid)
-    return {**summary(args, stats), "server_peak_rss_mb": rss, "url": url,
+        rss, memory = peak_rss_mb(pid), tree_memory_mb(pid)
+    return {**summary(args, stats), "server_peak_rss_mb": rss, "server_memory": memory, "url": url,
             "server_command": shlex.join(server_cmd) if server_cmd else None}
 
 

@@ -2,8 +2,8 @@
 
 Flags override ``PARSER_*`` environment variables, which override the defaults in ``service.settings``.
 ``--workers`` is the number of training worker processes this process runs (0: leave the jobs to an
-external ``python -m service.worker``); the HTTP server itself is one process whose parsing threads are set
-by ``PARSER_PARSE_THREADS``.
+external ``python -m service.worker``); the HTTP server parses in ``PARSER_PARSE_PROCESSES`` processes forked
+once its models are loaded (``service.parse_processes``; 0: in ``PARSER_PARSE_THREADS`` threads of its own).
 """
 
 from __future__ import annotations

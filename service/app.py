@@ -22,6 +22,7 @@ from service.batcher import Batcher
 from service.limits import Admission, BodyLimitMiddleware, JsonContentTypeMiddleware
 from service.metrics import Metrics, MetricsMiddleware
 from service.parse_batch import run_batch
+from service.parse_processes import ParseProcesses
 from service.registry import ModelRegistry
 from service.routes import jobs, models, ops, parsing
 from service.settings import Settings
@@ -45,7 +46,8 @@ at most {s.max_pending} requests and {s.max_words_in_flight} words in flight
 (queued + running), beyond that 503 with Retry-After. A parsing request not answered within
 {s.request_timeout_s:g} s gets 504 (503 if its parse never started). Concurrent requests with the same model
 and inference settings are parsed together (batches of up to {s.batch_max_words} words, collected for at most
-{s.batch_wait_ms:g} ms){"" if s.batching else " (off)"}.
+{s.batch_wait_ms:g} ms while another batch is parsed){"" if s.batching else " (off)"}, in
+{s.parse_processes or "no"} parse processes.
 With `API_KEY` set, the /jobs routes need `Authorization: Bearer <key>` (401); without it they answer 403
 unless the service was started with `PARSER_ALLOW_OPEN_JOBS=1`.
 """
@@ -82,6 +84,8 @@ async def _load(state: ServiceState) -> None:
         from engine.compiled import warm_up
 
         log.info("compiled kernels ready in %.2f s", await run_in_threadpool(warm_up))  # before /readyz says ready
+        if state.parse_processes is not None:
+            state.parse_processes.start()  # here, on the event loop's thread: fork with the models loaded
     except Exception as e:  # report through /readyz instead of dying silently
         log.exception("start-up failed")
         state.loading_error = f"start-up failed: {e}"
@@ -106,18 +110,26 @@ async def _refresh_forever(state: ServiceState) -> None:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     metrics = Metrics()
+    registry = ModelRegistry(settings.models_dir, settings.trained_dir, settings.default_model,
+                             settings.max_tag_samples)
+    processes = (ParseProcesses(settings.parse_processes, registry.entries, settings.request_timeout_s)
+                 if settings.parse_processes else None)
     state = ServiceState(
         settings=settings,
-        registry=ModelRegistry(settings.models_dir, settings.trained_dir, settings.default_model,
-                               settings.max_tag_samples),
+        registry=registry,
         admission=Admission(settings.max_pending, settings.max_words_in_flight, settings.retry_after_seconds,
                             metrics.rejected.inc),
-        batcher=Batcher(run_batch, workers=settings.parse_threads, wait_s=settings.batch_wait_ms / 1000,
-                        max_words=settings.batch_max_words, enabled=settings.batching, on_batch=metrics.batch,
+        batcher=Batcher(processes.run if processes else run_batch,
+                        workers=settings.parse_processes or settings.parse_threads,
+                        wait_s=settings.batch_wait_ms / 1000,
+                        max_words=settings.batch_max_words, enabled=settings.batching,
+                        wait_only_when_busy=not settings.batch_wait_idle, on_batch=metrics.batch,
                         on_dropped=lambda reason: metrics.dropped.labels(reason).inc()),
         metrics=metrics,
+        parse_processes=processes,
     )
     metrics.words_in_flight.set_function(lambda: state.admission.words)
+    metrics.parse_processes.set_function(lambda: processes.alive if processes else 0)
     metrics.watch_jobs(lambda: state.store.counts() if state.store is not None else {})
 
     @contextlib.asynccontextmanager
@@ -130,6 +142,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             refresher.cancel()
             await state.batcher.stop()
+            if state.parse_processes is not None:
+                await run_in_threadpool(state.parse_processes.stop)
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await loader
             if state.scheduler is not None:

@@ -5,7 +5,9 @@ key; requests with the same key (same model, same inference settings) may share 
 coroutines each take a batch and run it on a worker thread, one batch per thread at a time:
 
 - the oldest queued ticket decides the key; its batch is taken as soon as the tickets of that key hold
-  ``max_words`` words or the oldest has waited ``wait_s`` seconds, whichever comes first;
+  ``max_words`` words or the oldest has waited ``wait_s`` seconds, whichever comes first; with
+  ``wait_only_when_busy`` it waits only while another batch is running (an idle server parses a lone request at
+  once, a busy one lets requests gather into larger batches, which parse more words per CPU second);
 - a batch is the oldest ticket and then, in arrival order, every further ticket of the key that still fits
   in ``max_words`` and in an equal share of the key's queued words among the idle workers (so that idle
   threads split the queue instead of one taking it all; the first ticket always goes, however large);
@@ -60,9 +62,10 @@ class Ticket:
 
 class Batcher:
     def __init__(self, run: Runner, *, workers: int, wait_s: float, max_words: int, enabled: bool = True,
-                 on_batch: Callable[[int, int], None] | None = None,
+                 wait_only_when_busy: bool = False, on_batch: Callable[[int, int], None] | None = None,
                  on_dropped: Callable[[str], None] | None = None) -> None:
         self.run, self.workers, self.wait_s, self.max_words, self.enabled = run, workers, wait_s, max_words, enabled
+        self.wait_only_when_busy = wait_only_when_busy
         self.on_batch = on_batch or (lambda requests, words: None)
         self.on_dropped = on_dropped or (lambda reason: None)
         self._queue: deque[Ticket] = deque()
@@ -168,7 +171,8 @@ class Batcher:
                 continue
             head = self._queue[0]
             due_in = head.enqueued + self.wait_s - self._loop.time()
-            if self.enabled and not head.due and due_in > 0 and self._queued_words[head.key] < self.max_words:
+            waits = self.enabled and not head.due and (self.running > 0 or not self.wait_only_when_busy)
+            if waits and due_in > 0 and self._queued_words[head.key] < self.max_words:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), due_in)
                 continue

@@ -55,6 +55,8 @@ class Metrics:
                                      buckets=(10, 25, 50, 100, 200, 400, 800, 1600, 3200, 10000))
         self.words_in_flight = Gauge("parser_words_in_flight", "words admitted and not yet parsed or dropped "
                                      "(queued + running)", registry=self.registry)
+        self.parse_processes = Gauge("parser_parse_processes", "parse processes running (0: parsing on the "
+                                     "server's threads)", registry=self.registry)
 
     def batch(self, requests: int, words: int) -> None:
         self.batch_requests.observe(requests)

@@ -66,11 +66,25 @@ def run_batch(works: list[ParseWork] | list[ConstituencyWork]) -> list[Any]:
     shares its key, so its works are all of dependency models or all of one constituency model."""
     if works and isinstance(works[0], ConstituencyWork):
         return run_works([w for w in works if isinstance(w, ConstituencyWork)])
-    return _run_dependency([w for w in works if isinstance(w, ParseWork)])
+    dependency = [w for w in works if isinstance(w, ParseWork)]
+    return respond_all(dependency, parse_works(dependency))
 
 
-def _run_dependency(works: list[ParseWork]) -> list[Any]:
-    outcomes: list[Any] = [None] * len(works)
+@dataclass(frozen=True)
+class Parsed:
+    """One request's parse before its response is built: its sentences, their parses, and whether LEMMA and
+    FEATS were already filled with its batch's."""
+
+    sentences: list[Sentence]
+    parsed: list[ParsedSentence]
+    filled: bool
+
+
+def parse_works(works: list[ParseWork], observe: bool = True) -> list[Parsed | BaseException]:
+    """The engine's part of a batch (checking, tagging, parsing, LEMMA and FEATS): one ``Parsed`` or exception
+    per request, in order. ``observe=False`` leaves the sentence-length callbacks to the caller (a parse
+    process, whose callbacks would count in the wrong process)."""
+    outcomes: list[Parsed | BaseException | None] = [None] * len(works)
     ready: list[tuple[int, list[Sentence]]] = []
     for i, work in enumerate(works):
         try:
@@ -78,26 +92,33 @@ def _run_dependency(works: list[ParseWork]) -> list[Any]:
         except Exception as e:
             outcomes[i] = e
             continue
-        for s in sentences:
-            work.observe(s.n)
+        if observe:
+            for s in sentences:
+                work.observe(s.n)
         ready.append((i, sentences))
-    if not ready:
-        return outcomes
     try:
-        parses = _parse_together(works[ready[0][0]], [sentences for _, sentences in ready])
+        parses = _parse_together(works[ready[0][0]], [sentences for _, sentences in ready]) if ready else []
     except Exception as e:
-        if len(ready) == 1:
-            outcomes[ready[0][0]] = e
-            return outcomes
         for i, _ in ready:  # find the request that fails: each alone, from its input again
-            outcomes[i] = run_alone(works[i])
-        return outcomes
-    filled = _fill_morphology_together(works, ready, parses)
-    for (i, sentences), parsed in zip(ready, parses, strict=True):
+            outcomes[i] = e if len(ready) == 1 else _parse_alone(works[i])
+    else:
+        filled = _fill_morphology_together(works, ready, parses)
+        for (i, sentences), parsed in zip(ready, parses, strict=True):
+            outcomes[i] = Parsed(sentences, parsed, filled)
+    return [o for o in outcomes if o is not None]
+
+
+def respond_all(works: list[ParseWork], parses: list[Parsed | BaseException]) -> list[Any]:
+    """Each request's response from its parse (``parse_works``), or the exception it gets."""
+    outcomes: list[Any] = []
+    for work, parse in zip(works, parses, strict=True):
+        if isinstance(parse, BaseException):
+            outcomes.append(parse)
+            continue
         try:
-            outcomes[i] = works[i].respond(sentences, parsed, filled)
+            outcomes.append(work.respond(parse.sentences, parse.parsed, parse.filled))
         except Exception as e:
-            outcomes[i] = e
+            outcomes.append(e)
     return outcomes
 
 
@@ -119,9 +140,13 @@ def _fill_morphology_together(works: list[ParseWork], ready: list[tuple[int, lis
 
 def run_alone(work: ParseWork) -> Any:
     """One request parsed by itself: its response or the exception it gets."""
+    return respond_all([work], [_parse_alone(work)])[0]
+
+
+def _parse_alone(work: ParseWork) -> Parsed | BaseException:
     try:
         sentences = checked_sentences(work.req, work.entry, work.settings, work.max_words)
-        return work.respond(sentences, _parse_together(work, [sentences])[0])
+        return Parsed(sentences, _parse_together(work, [sentences])[0], False)
     except Exception as e:
         return e
 

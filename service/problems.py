@@ -35,6 +35,15 @@ class ProblemError(Exception):
         self.headers = headers or {}
         self.extra = extra
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled by its fields (a parse process sends it to the server): the default passes only ``detail``."""
+        return _rebuilt_problem, (self.status, self.title, self.detail, self.kind, self.headers, self.extra)
+
+
+def _rebuilt_problem(status: int, title: str, detail: str, kind: str, headers: dict[str, str],
+             extra: dict[str, Any]) -> ProblemError:
+    return ProblemError(status, title, detail, kind=kind, headers=headers, **extra)
+
 
 def problem_response(status: int, title: str, detail: str, kind: str, headers: dict[str, str] | None = None,
                      **extra: Any) -> JSONResponse:

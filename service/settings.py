@@ -9,6 +9,7 @@ stated in the OpenAPI description the app publishes at ``/docs``.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from pathlib import Path
@@ -18,6 +19,22 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine.pipeline import MAX_TAG_SAMPLES
 from service.jobs.layout import MODELS, RESULT_RETENTION_SECONDS, DataLayout
+
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+
+
+def usable_cores(cpu_max: Path = CGROUP_CPU_MAX) -> int:
+    """The CPU cores this process may use: its affinity mask (``taskset``, a container's cpuset), and no more than
+    a cgroup v2 CPU quota allows (``docker run --cpus``), rounded up."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return cores
+
 
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 """A model name: letters, digits, ``.``, ``_``, ``-`` (no path separators, no leading dot)."""
@@ -78,14 +95,22 @@ class Settings(BaseSettings):
                                  f"allows up to {MAX_TAG_SAMPLES})")
 
     # concurrency
-    parse_threads: int = Field(2, ge=1, le=64, description="batches parsed at the same time (threads)")
+    parse_threads: int = Field(2, ge=1, le=64, description="batches parsed at the same time (threads) when there "
+                               "are no parse processes")
+    parse_processes: int = Field(default_factory=lambda: min(8, usable_cores()), ge=0, le=64,
+                                 description="forked processes that parse batches (one batch each at a time), "
+                                 "sharing the loaded models (default: the usable cores, at most 8); 0: parse on the "
+                                 "server's threads")
     max_pending: int = Field(32, ge=1, description="requests admitted at once (running + waiting); beyond it 503")
     max_words_in_flight: int = Field(1000, ge=1, le=1_000_000, description="words admitted at once (queued + "
                                      "running, all requests together); beyond it 503. A request larger than "
                                      "this is admitted only when nothing else is in flight")
     batching: bool = Field(True, description="parse concurrent requests together (false: each request alone)")
-    batch_wait_ms: float = Field(5.0, ge=0.0, le=1000.0, description="how long the first request of a batch "
-                                 "waits for others with the same model and inference settings")
+    batch_wait_ms: float = Field(30.0, ge=0.0, le=1000.0, description="how long the first request of a batch "
+                                 "waits for others with the same model and inference settings while another batch "
+                                 "is being parsed (an idle server parses a request at once)")
+    batch_wait_idle: bool = Field(False, description="wait PARSER_BATCH_WAIT_MS for more requests also when no "
+                                  "batch is being parsed (a lone request then always waits)")
     batch_max_words: int = Field(800, ge=1, le=100_000, description="words per batch: a batch is parsed as soon "
                                  "as it holds this many (a larger request is a batch of its own)")
     request_timeout_s: float = Field(60.0, gt=0.0, le=3600.0, description="time budget of a parsing request: "

@@ -23,6 +23,7 @@ from service.settings import Settings
 if TYPE_CHECKING:
     from service.jobs.scheduler import Scheduler
     from service.jobs.store import JobStore
+    from service.parse_processes import ParseProcesses
 
 
 @dataclass
@@ -34,6 +35,7 @@ class ServiceState:
     metrics: Metrics
     store: JobStore | None = None
     scheduler: Scheduler | None = None
+    parse_processes: ParseProcesses | None = None
     loading_error: str | None = None
     startup_done: bool = field(default=False)
 
