@@ -68,6 +68,9 @@ def half_precision(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
+DIRECTORY_MODE, FILE_MODE = 0o755, 0o644  # a model is readable by every user, as a checkout of it would be
+
+
 def save_model(directory: str | os.PathLike[str], manifest: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
     """Write ``manifest.json`` and one ``NAME.npy`` per array into ``directory``, atomically.
 
@@ -78,6 +81,7 @@ def save_model(directory: str | os.PathLike[str], manifest: dict[str, Any], arra
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
+        os.chmod(tmp, DIRECTORY_MODE)  # mkdtemp's 0700 would hide the model from other users (a container's)
         entries = {}
         for name, arr in arrays.items():
             path = tmp / f"{name}.npy"
@@ -86,6 +90,7 @@ def save_model(directory: str | os.PathLike[str], manifest: dict[str, Any], arra
                              "sha256": _sha256(path)}
         full = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **manifest, "arrays": entries}
         with open(tmp / "manifest.json", "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), FILE_MODE)
             json.dump(full, f, indent=2, sort_keys=False)
             f.write("\n")
             f.flush()
@@ -110,6 +115,7 @@ def update_manifest(directory: str | os.PathLike[str], changes: dict[str, Any]) 
     fd, tmp = tempfile.mkstemp(prefix=".manifest.tmp-", dir=path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), FILE_MODE)  # mkstemp's 0600, as the manifest it replaces was not
             json.dump(manifest, f, indent=2, sort_keys=False)
             f.write("\n")
             f.flush()

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from engine.model.store import FORMAT_VERSION, HALF_MIN_SIZE, ModelError, half_precision, load_model, save_model
+from engine.model.store import (
+    FORMAT_VERSION,
+    HALF_MIN_SIZE,
+    ModelError,
+    half_precision,
+    load_model,
+    save_model,
+    update_manifest,
+)
 
 
 def test_round_trip_and_atomic_replace(tmp_path: Path) -> None:
@@ -66,3 +76,17 @@ def test_half_precision_keeps_small_and_overflowing_arrays(tmp_path: Path) -> No
     np.testing.assert_allclose(half["big"].astype(np.float32), big, rtol=1e-3, atol=1e-7)
     save_model(tmp_path / "m", {}, half)
     assert load_model(tmp_path / "m").arrays["big"].dtype == np.float16
+
+
+def test_a_saved_or_updated_model_is_readable_by_other_users(tmp_path: Path) -> None:
+    """The temporary directory and manifest that make saving atomic are private (0700, 0600) when created: a model
+    directory written that way and copied into a container image that runs as another user could not be read
+    (found by the Docker deployment check on a trained constituency model)."""
+    old = os.umask(0o022)
+    try:
+        save_model(tmp_path / "m", {"kind": "test"}, {"w": np.arange(4.0)})
+        update_manifest(tmp_path / "m", {"note": "calibrated"})
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [tmp_path / "m", *(tmp_path / "m").iterdir()]}
+    assert modes == {"m": 0o755, "manifest.json": 0o644, "w.npy": 0o644}
