@@ -7,8 +7,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.optim import AdaGrad, EpochLoop, OptimSettings
+from engine.optim.adagrad import _fusable
 
 
 def test_dense_step_with_l2_is_adagrad_on_the_regularised_gradient() -> None:
@@ -109,3 +112,38 @@ def test_settings_are_checked() -> None:
             OptimSettings(**bad)
     with pytest.raises(ValueError):
         AdaGrad(3, 0.0)
+
+
+def numpy_step(opt: AdaGrad, w: np.ndarray, grad: np.ndarray, l2: float | None) -> None:
+    """``AdaGrad.step`` as numpy arrays compute it (the arithmetic the compiled step must reproduce)."""
+    if l2 is not None:
+        grad += float(l2) * w
+    opt.g2 += grad * grad
+    w -= opt.learning_rate * grad / (np.sqrt(opt.g2) + opt.delta)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), l2=st.sampled_from([None, 0.0, 1e-4, 0.37]),
+       rate=st.sampled_from([0.01, 0.1, 1.0]), delta=st.sampled_from([0.0, 1e-8, 1e-3]), steps=st.integers(1, 4))
+def test_the_compiled_dense_step_is_numpys_bit_for_bit(seed: int, n: int, l2: float | None, rate: float,
+                                                        delta: float, steps: int) -> None:
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=n) * rng.choice([1e-12, 1.0, 1e6], size=n)
+    fast, slow = AdaGrad(n, rate, delta=delta, initial=1e-6), AdaGrad(n, rate, delta=delta, initial=1e-6)
+    w_fast, w_slow = w.copy(), w.copy()
+    for _ in range(steps):
+        grad = rng.normal(size=n) * rng.choice([0.0, 1e-300, 1e-9, 1.0, 1e150], size=n)
+        g_fast, g_slow = grad.copy(), grad.copy()
+        assert _fusable(w_fast, g_fast, fast.g2)
+        fast.step(w_fast, g_fast, l2)
+        numpy_step(slow, w_slow, g_slow, l2)
+        for a, b in ((w_fast, w_slow), (fast.g2, slow.g2), (g_fast, g_slow)):
+            assert np.array_equal(a.view(np.int64), b.view(np.int64))  # the same bits, NaN and -0.0 included
+
+
+def test_arrays_the_compiled_step_cannot_take_go_through_numpy() -> None:
+    w32, g = np.ones(4, dtype=np.float32), np.ones(4)
+    assert not _fusable(w32, g, g) and not _fusable(np.ones(8)[::2], g, g) and not _fusable(np.ones(5), g, g)
+    opt = AdaGrad.like(w32, 0.5)
+    opt.step(w32, np.ones(4, dtype=np.float32), 0.1)  # float32 weights and sums: numpy's float32 arithmetic
+    assert w32.dtype == np.float32 and np.allclose(w32, 1 - 0.5 * 1.1 / (1.1 + 1e-8), rtol=1e-6)
