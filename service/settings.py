@@ -9,18 +9,21 @@ stated in the OpenAPI description the app publishes at ``/docs``.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 import socket
+import sys
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine.pipeline import MAX_TAG_SAMPLES
 from service.jobs.layout import MODELS, RESULT_RETENTION_SECONDS, DataLayout
 
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+FORK_DEFAULT = sys.platform == "linux"  # macOS frameworks are not fork-safe, Windows cannot fork: threads there
 
 
 def usable_cores(cpu_max: Path = CGROUP_CPU_MAX) -> int:
@@ -97,10 +100,10 @@ class Settings(BaseSettings):
     # concurrency
     parse_threads: int = Field(2, ge=1, le=64, description="batches parsed at the same time (threads) when there "
                                "are no parse processes")
-    parse_processes: int = Field(default_factory=lambda: min(8, usable_cores()), ge=0, le=64,
-                                 description="forked processes that parse batches (one batch each at a time), "
-                                 "sharing the loaded models (default: the usable cores, at most 8); 0: parse on the "
-                                 "server's threads")
+    parse_processes: int = Field(default_factory=lambda: min(8, usable_cores()) if FORK_DEFAULT else 0, ge=0,
+                                 le=64, description="forked processes that parse batches (one batch each at a time), "
+                                 "sharing the loaded models (default on Linux: the usable cores, at most 8; "
+                                 "elsewhere 0); 0: parse on the server's threads")
     max_pending: int = Field(32, ge=1, description="requests admitted at once (running + waiting); beyond it 503")
     max_words_in_flight: int = Field(1000, ge=1, le=1_000_000, description="words admitted at once (queued + "
                                      "running, all requests together); beyond it 503. A request larger than "
@@ -125,6 +128,13 @@ class Settings(BaseSettings):
         if self.api_key:
             return "key"
         return "open" if self.allow_open_jobs else "closed"
+
+    @field_validator("parse_processes")
+    @classmethod
+    def _forkable(cls, value: int) -> int:
+        if value and "fork" not in multiprocessing.get_all_start_methods():
+            raise ValueError("parse processes are forked, and this platform cannot fork: set it to 0")
+        return value
 
     @property
     def trained_dir(self) -> Path:

@@ -16,13 +16,14 @@ import pytest
 from service_helpers import MODELS, TAGS, WORDS, WORDS2, ServerProcess, settings
 
 import service.parse_processes as parse_processes
+import service.settings as service_settings
 from service import parsing
 from service.parse_batch import ParseWork, run_batch
 from service.parse_processes import ParseProcesses
 from service.problems import ProblemError
 from service.registry import ModelRegistry
 from service.schemas import ParseRequest
-from service.settings import usable_cores
+from service.settings import Settings, usable_cores
 
 DEADLINE = 60.0
 
@@ -179,3 +180,13 @@ def test_the_default_count_follows_the_affinity_and_the_cgroup_quota(tmp_path: P
     (tmp_path / "cpu.max").write_text(cpu_max)
     assert usable_cores(tmp_path / "cpu.max") == min(affinity, limit or affinity)
     assert usable_cores(tmp_path / "absent") == affinity
+
+
+def test_the_default_forks_only_on_linux_and_a_platform_without_fork_is_told_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service_settings, "FORK_DEFAULT", False)
+    assert Settings().parse_processes == 0
+    monkeypatch.setattr(service_settings.multiprocessing, "get_all_start_methods", lambda: ["spawn"])
+    with pytest.raises(ValueError, match="cannot fork"):
+        Settings(parse_processes=2)
+    assert Settings(parse_processes=0).parse_processes == 0
