@@ -118,7 +118,9 @@ class ParseProcesses:
         self._idle: queue.SimpleQueue[_Child] = queue.SimpleQueue()
         self._children: list[_Child] = []
         self._lock = threading.Lock()
+        self._fork_lock = threading.Lock()  # one fork at a time (batcher threads may replace children together)
         self._forked = self._deaths_in_a_row = 0
+        self._stopped = False
 
     @property
     def alive(self) -> int:
@@ -141,6 +143,11 @@ class ParseProcesses:
         """Fork ``count`` children. The objects alive now are frozen while forking (``gc.freeze``): a child's
         collector leaves them alone, so their pages stay shared with the server; the server unfreezes its own at
         once, so that what it later drops is still collected."""
+        with self._fork_lock:
+            if not self._stopped:
+                self._fork_locked(count)
+
+    def _fork_locked(self, count: int) -> None:
         gc.collect()
         gc.freeze()
         try:
@@ -193,14 +200,17 @@ class ParseProcesses:
         return None
 
     def _lost(self, child: _Child, error: BaseException) -> None:
-        """A child died with a batch (or its pipe broke): forget it and fork another, unless they keep dying."""
+        """A child died with a batch, its pipe broke or it hung: forget it and fork another, unless they keep dying
+        or the service is stopping."""
         child.close()
         child.process.join(timeout=5)
         with self._lock:
+            if child not in self._children:  # stop() has taken it already
+                return
             self._children.remove(child)
         self._deaths_in_a_row += 1
-        log.error("parse process %s stopped (%s, exit code %s); its batch is parsed in the server",
-                  child.process.name, type(error).__name__, child.process.exitcode)
+        log.error("parse process %s stopped (%s: %s; exit code %s)", child.process.name, type(error).__name__, error,
+                  child.process.exitcode)
         if self._deaths_in_a_row <= RESPAWN_LIMIT:
             self._fork()
         else:
@@ -208,7 +218,8 @@ class ParseProcesses:
 
     def stop(self) -> None:
         """Close the pipes (each child exits after its batch) and wait for the children a little."""
-        with self._lock:
+        with self._fork_lock, self._lock:
+            self._stopped = True
             children, self._children = self._children, []
         for child in children:
             child.close()

@@ -190,3 +190,17 @@ def test_the_default_forks_only_on_linux_and_a_platform_without_fork_is_told_so(
     with pytest.raises(ValueError, match="cannot fork"):
         Settings(parse_processes=2)
     assert Settings(parse_processes=0).parse_processes == 0
+
+
+def test_after_stop_nothing_is_forked_and_batches_are_parsed_in_the_server(registry: ModelRegistry,
+                                                                            tmp_path: Path) -> None:
+    processes = ParseProcesses(1, registry.entries, timeout_s=DEADLINE)
+    processes.start()
+    child = processes._children[0]
+    processes.stop()
+    child.process.join(DEADLINE)
+    assert child.process.exitcode == 0  # its pipe closed: it left its loop
+    processes._fork()  # what a batch thread that lost its child at shutdown would ask for
+    assert processes.alive == 0 and not processes._children
+    batch = works(registry, tmp_path)
+    same(processes.run(batch), run_batch(batch))
