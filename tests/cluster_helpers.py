@@ -71,7 +71,8 @@ class SchedulerProcesses:
                                            "--dashboard-address", ":0", "--no-show"], env=env,
                                           stdout=self.logs[0], stderr=subprocess.STDOUT)
         self.workers = [subprocess.Popen([*dask, "worker", self.address, "--nworkers", "1", "--nthreads", "1",
-                                          "--dashboard-address", ":0"], env=env, stdout=log, stderr=subprocess.STDOUT)
+                                          "--dashboard-address", ":0", "--preload-nanny", "engine.training.dask_nanny"],
+                                         env=env, stdout=log, stderr=subprocess.STDOUT)
                         for log in self.logs[1:]]
 
     def __enter__(self) -> SchedulerProcesses:

@@ -28,6 +28,7 @@ def test_the_services_are_the_issues(services: dict[str, Any]) -> None:
     assert services["scheduler"]["command"][:2] == ["dask", "scheduler"]
     assert "--port" in services["scheduler"]["command"] and "8786" in services["scheduler"]["command"]
     assert services["worker"]["command"][:3] == ["dask", "worker", "scheduler:8786"]
+    assert "engine.training.dask_nanny" in services["worker"]["command"]  # without Dask's malloc trim threshold
     assert services["jobs"]["command"][:3] == ["python", "-m", "service.worker"]
     assert services["api"]["command"][:3] == ["python", "-m", "service"]
     # --scale worker=N: nothing that two containers of a service cannot share (a name, a host port)

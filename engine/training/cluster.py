@@ -46,7 +46,7 @@ CONNECT_TIMEOUT = "30s"  # reaching an existing scheduler (it answers in millise
 # malloc threshold turns off glibc's dynamic mmap threshold, so every numpy temporary above 128 KB is mapped and
 # unmapped again and its pages faulted in afresh: training ran 1.3x slower per seed in a worker than in a plain
 # process, and exactly as slow in a plain process given that variable (docs/results/cluster.md). Our local
-# workers start without it; `dask worker` processes started by hand still get it unless told otherwise.
+# workers start without it, and so do `dask worker` processes given `--preload-nanny engine.training.dask_nanny`.
 WORKER_ENVIRON = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 
 

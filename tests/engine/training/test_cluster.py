@@ -4,6 +4,7 @@ training follows the same batches and steps, ``--cluster`` is validated, and the
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from cluster_helpers import SchedulerProcesses
 
 from engine.data.conllu_io import read_conllu
 from engine.features.extract import FeatureExtractor
@@ -148,3 +150,16 @@ def test_local_workers_start_without_a_malloc_trim_threshold() -> None:
         (environ,) = client.run(_malloc_environ).values()
     assert environ["MALLOC_TRIM_THRESHOLD_"] is None
     assert environ["OPENBLAS_NUM_THREADS"] is not None
+
+
+@pytest.mark.slow
+def test_workers_started_by_hand_with_the_nanny_preload_start_without_it(tmp_path: Path) -> None:
+    """``dask worker ... --preload-nanny engine.training.dask_nanny``, as the compose file's workers run: the same
+    environment as ``--cluster local:N``'s workers."""
+    from distributed import Client
+
+    with SchedulerProcesses(tmp_path / "dask", workers=1) as dask, Client(dask.address) as client:
+        # os.getenv, not this module's function: these workers cannot import the test modules
+        (trim,) = client.run(os.getenv, "MALLOC_TRIM_THRESHOLD_").values()
+        (blas,) = client.run(os.getenv, "OPENBLAS_NUM_THREADS").values()
+    assert trim is None and blas is not None
