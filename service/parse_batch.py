@@ -1,4 +1,6 @@
-"""The work of a batch of parsing requests (``service.batcher``'s runner), on a worker thread.
+"""The work of a batch of parsing requests (``service.batcher``'s runner): ``parse_works`` (checking, tagging,
+parsing, LEMMA and FEATS; on a worker thread, or in a parse process, ``service.parse_processes``) and
+``respond_all`` (the responses, always in the server).
 
 Requests in one batch share the model and the inference settings (``ParseWork.key``). Each request's input
 is checked on its own (a 422 goes to that request only); the sentences of all the valid ones are then
