@@ -64,6 +64,9 @@ class SchedulerProcesses:
         self.address = f"tcp://127.0.0.1:{port}"
         # the scheduler unpickles the task graphs (the engine's task functions) and the workers run them
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        # a Dask nanny started earlier in this test process wrote Dask's MALLOC_TRIM_THRESHOLD_ into os.environ; a
+        # machine that starts `dask worker` has no such variable, and its workers would inherit it
+        env.pop("MALLOC_TRIM_THRESHOLD_", None)
         dask = [sys.executable, "-m", "dask"]
         log_dir.mkdir(parents=True, exist_ok=True)
         self.logs = [open(log_dir / f"dask-{k}.log", "wb") for k in range(workers + 1)]  # noqa: SIM115
