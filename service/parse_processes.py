@@ -39,6 +39,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from service.parse_batch import Parsed, ParseWork, parse_works, respond_all, run_batch
+from service.registry import ModelEntry
 
 log = logging.getLogger("service.parse_processes")
 
@@ -46,10 +47,10 @@ RESPAWN_LIMIT = 3  # children that may die in a row (no batch finished in betwee
 ModelKey = tuple[str, int, int]
 
 
-def model_key(work: ParseWork) -> ModelKey:
-    """Which loaded model a request uses: its directory, version and the very pipeline object (a model loaded
-    again after the fork is a new object, which the children do not have)."""
-    return (str(work.entry.path), work.entry.version, id(work.entry.pipeline))
+def model_key(entry: ModelEntry) -> ModelKey:
+    """Which loaded model: its directory, version and the very pipeline object (a model loaded again after the
+    fork is a new object, which the children do not have)."""
+    return (str(entry.path), entry.version, id(entry.pipeline))
 
 
 def _unused_builder(sentences: Any, parsed: Any) -> Any:  # a child never builds responses
@@ -68,7 +69,7 @@ def _portable(outcome: Parsed | BaseException) -> Parsed | BaseException:
     return outcome
 
 
-def _serve(conn: Connection, entries: dict[ModelKey, Any], servers_ends: list[Connection]) -> None:
+def _serve(conn: Connection, entries: dict[ModelKey, ModelEntry], servers_ends: list[Connection]) -> None:
     """A child's loop: receive (model key, requests), send back one outcome per request, until the pipe closes.
     ``servers_ends``: the server's ends of every child's pipe, inherited by the fork; closed here, or the server's
     death would not close this child's pipe."""
@@ -132,10 +133,7 @@ class ParseProcesses:
         """Fork the children (on the event loop's thread, once the models are loaded and the kernels compiled)."""
         if self.count < 1:
             return
-        from service.registry import ModelEntry
-
-        self._snapshot = {(str(e.path), e.version, id(e.pipeline)): e for e in self._entries()
-                          if isinstance(e, ModelEntry)}
+        self._snapshot = {model_key(e): e for e in self._entries() if isinstance(e, ModelEntry)}
         self._fork(self.count)
         log.info("%d parse processes forked (%d models each)", self.count, len(self._snapshot))
 
@@ -165,7 +163,7 @@ class ParseProcesses:
     def handles(self, works: list[Any]) -> bool:
         """Whether a child can parse this batch: dependency requests of a model loaded before the fork."""
         return bool(self._children) and bool(works) and all(
-            isinstance(w, ParseWork) and model_key(w) in self._snapshot for w in works)
+            isinstance(w, ParseWork) and model_key(w.entry) in self._snapshot for w in works)
 
     def run(self, works: list[Any]) -> list[Any]:
         """The batch's outcomes (``parse_batch.run_batch``'s), parsed in a child when one can."""
@@ -175,7 +173,8 @@ class ParseProcesses:
         if child is None:
             return self._fallback(works)
         try:
-            child.conn.send((model_key(works[0]), [(w.req, w.settings, w.max_words, w.morphology) for w in works]))
+            requests = [(w.req, w.settings, w.max_words, w.morphology) for w in works]
+            child.conn.send((model_key(works[0].entry), requests))
             if not child.conn.poll(self.timeout_s):  # every request of the batch has had its 504 by now
                 child.process.kill()
                 self._lost(child, TimeoutError(f"no answer in {self.timeout_s:g} s"))

@@ -58,6 +58,10 @@ class AdaGrad:
             _dense_step(w.reshape(-1), grad.reshape(-1), self.g2.reshape(-1), self.learning_rate, self.delta,
                         0.0 if l2 is None else float(l2), l2 is not None)
             return
+        self.numpy_step(w, grad, l2)
+
+    def numpy_step(self, w: np.ndarray, grad: np.ndarray, l2: float | None = None) -> None:
+        """``step`` in numpy arrays: for any dtype and layout, and the reference of the compiled pass."""
         if l2 is not None:
             grad += float(l2) * w
         self.g2 += grad * grad
