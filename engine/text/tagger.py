@@ -39,6 +39,7 @@ from scipy import sparse
 from engine.data.batching import length_batches
 from engine.hashing import hash_string
 from engine.optim import AdaGrad, EpochLoop, OptimSettings
+from engine.text import crf_ragged
 from engine.text.crf import (  # noqa: F401 (chain kernels re-exported for their users)
     ChainMarginals,
     chain_forward,
@@ -172,6 +173,8 @@ class Tagger:
     features: np.ndarray  # sorted uint64 codes of the F features kept in training; feature id = index + 1
     training: dict[str, Any] = field(default_factory=dict)
     viterbi_candidates: int = 8  # Viterbi runs over each word's most probable states (by marginal)
+    # each form's lexical feature values, computed once per form (``feature_codes``)
+    form_cache: dict[str, tuple[int, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def upos_labels(self) -> list[str]:
@@ -182,7 +185,7 @@ class Tagger:
         return self.crf.xpos_labels
 
     def _ids(self, sentences: Sequence[HasForms]) -> tuple[np.ndarray, np.ndarray]:
-        codes, offsets = feature_codes(sentences, self.lexicon)
+        codes, offsets = feature_codes(sentences, self.lexicon, self.form_cache)
         return self._lookup(codes), offsets
 
     def _lookup(self, codes: np.ndarray) -> np.ndarray:
@@ -269,41 +272,40 @@ class Tagger:
         """Viterbi tags and forward-backward marginals of every sentence (given in any order and length), and
         ``samples`` (UPOS, XPOS) sequences per sentence drawn from the posterior ``p(y | x)``
         (``chain_sample``; each sentence's uniform numbers come from a generator seeded by its words, so a
-        sentence gets the same samples whatever it is batched with).
+        sentence gets the same samples whatever it is batched with). ``batch_size`` sentences at a time, of
+        any lengths, go through the compiled kernels of ``engine.text.crf_ragged`` together.
 
         The Viterbi search is restricted to each word's ``viterbi_candidates`` most probable (UPOS, XPOS)
         states by marginal, which leaves the best path unchanged unless it goes through a state of tiny
         marginal probability, and cuts the cost per word from S^2 to k^2 for S (about 100) states.
         """
-        results: list[TagResult | None] = [None] * len(sentences)
-        ids, offsets = self._ids(sentences)
-        lengths = [len(s.forms) for s in sentences]
+        results: list[TagResult] = []
         crf = self.crf
         upos, xpos = np.array(self.upos_labels, dtype=object), np.array(self.xpos_labels, dtype=object)
-        for idx in length_batches(lengths, batch_size, max_arcs=1 << 62):
-            n = lengths[idx[0]]
-            tok = offsets[idx][:, None] + np.arange(n)
-            em = crf.emissions(ids[tok])
-            marginals = chain_forward_backward(em, crf.transition).unary
+        for first in range(0, len(sentences), batch_size):
+            chunk = sentences[first:first + batch_size]
+            ids, offsets = self._ids(chunk)
+            em = crf.emissions(ids)  # (N, S) for the chunk's N words
+            alpha = crf_ragged.forward(em, crf.transition, offsets)
+            marginals = crf_ragged.marginals(em, crf.transition, offsets, alpha)[0]
             k = min(self.viterbi_candidates, marginals.shape[-1])
-            best = chain_viterbi(em, crf.transition, np.argpartition(-marginals, k - 1, axis=-1)[..., :k])
-            path = crf.states[best]  # (B, n, 2)
+            best = crf_ragged.viterbi(em, crf.transition, np.argpartition(-marginals, k - 1, axis=-1)[:, :k], offsets)
+            path = crf.states[best]  # (N, 2)
             um, xm = crf.split(marginals)
-            drawn = np.zeros((len(idx), 0, n, 2), dtype=np.int64)
+            drawn = np.zeros((0, len(em), 2), dtype=np.int64)
             if samples > 0:
-                uniform = np.stack([np.random.default_rng(int(hash_string("\x1f".join(sentences[i].forms))))
-                                    .random((samples, n)) for i in idx])
-                drawn = crf.states[chain_sample(em, crf.transition, uniform)]  # (B, samples, n, 2)
-            for r, i in enumerate(idx):
-                results[i] = result = TagResult(upos[path[r, :, 0]].tolist(), xpos[path[r, :, 1]].tolist(), um[r],
-                                                xm[r], [(upos[y[:, 0]].tolist(), xpos[y[:, 1]].tolist())
-                                                        for y in drawn[r]])
-                if candidates is not None and n:
-                    states, allowed = choose_states(marginals[r], best[r], candidates)
-                    result.candidates = restrict(em[r], crf.transition, states, allowed,
-                                                 (self.upos_labels, self.xpos_labels, crf.states), marginals[r])
-        assert all(r is not None for r in results)
-        return results  # type: ignore[return-value]
+                uniform = np.concatenate([np.random.default_rng(int(hash_string("\x1f".join(s.forms))))
+                                          .random((samples, len(s.forms))) for s in chunk], axis=1)
+                drawn = crf.states[crf_ragged.sample(alpha, crf.transition, uniform, offsets)]  # (samples, N, 2)
+            for r in range(len(chunk)):
+                w = slice(offsets[r], offsets[r + 1])
+                results.append(result := TagResult(upos[path[w, 0]].tolist(), xpos[path[w, 1]].tolist(), um[w], xm[w],
+                                                   [(upos[y[w, 0]].tolist(), xpos[y[w, 1]].tolist()) for y in drawn]))
+                if candidates is not None and w.stop > w.start:
+                    states, allowed = choose_states(marginals[w], best[w], candidates)
+                    result.candidates = restrict(em[w], crf.transition, states, allowed,
+                                                 (self.upos_labels, self.xpos_labels, crf.states), marginals[w])
+        return results
 
     def accuracy(self, sentences: Sequence[Any]) -> dict[str, float]:
         """UPOS and XPOS accuracy (percent) against the sentences' gold tags."""

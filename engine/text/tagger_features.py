@@ -87,13 +87,15 @@ def _value_codes(name: str, forms: list[str], lower: list[str], lexicon: Lexicon
 
 
 def feature_codes(
-    sentences: Sequence[HasForms], lexicon: Lexicon
+    sentences: Sequence[HasForms], lexicon: Lexicon, cache: dict[str, tuple[int, ...]] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Hashed feature codes of every word of ``sentences`` (concatenated in order) -> ((N, K) uint64, offsets).
 
     Lexical templates are hashed once per distinct form; neighbour templates read a flat array in which
     every sentence is padded with two BOS and two EOS pseudo-words, so the word at offset ``d`` of padded
-    position ``p`` is ``p + d`` for all words at once.
+    position ``p`` is ``p + d`` for all words at once. A form's lexical values depend on the form and
+    ``lexicon`` alone: given a ``cache`` (form -> its values, for this lexicon only), they are computed once per
+    form across calls.
     """
     lengths = np.array([len(s.forms) for s in sentences], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
@@ -101,10 +103,7 @@ def feature_codes(
     for s in sentences:
         padded += [_BOS, _BOS, *s.forms, _EOS, _EOS]
     types, inverse = np.unique(np.array(padded, dtype=object), return_inverse=True)
-    forms = [str(x) for x in types]
-    lower = [f.lower() for f in forms]
-    needed = {*_LEX, *(a for a, _ in _CONTEXT), *(a for pair in _BIGRAMS for a, _ in pair)}
-    values = {name: _value_codes(name, forms, lower, lexicon) for name in needed}
+    values = _form_values([str(x) for x in types], lexicon, cache)
     # padded position of each real word: sentence i's word j sits at offsets[i] + 4 i + 2 + j
     sent_of = np.repeat(np.arange(len(sentences)), lengths)
     pos = np.arange(int(offsets[-1])) + 4 * sent_of + 2
@@ -124,6 +123,25 @@ def feature_codes(
     first = offsets[:-1][lengths > 0]
     codes[first, _LEX.index("shape")] = mix(_seed("first"), codes[first, _LEX.index("shape")])
     return codes, offsets
+
+
+_NEEDED = sorted({*_LEX, *(a for a, _ in _CONTEXT), *(a for pair in _BIGRAMS for a, _ in pair)})
+_CACHED_FORMS = 1 << 18  # a cache holding more forms starts afresh
+
+
+def _form_values(forms: list[str], lexicon: Lexicon, cache: dict[str, tuple[int, ...]] | None
+                 ) -> dict[str, np.ndarray]:
+    """Each lexical template's codes (U,) uint64 for the distinct ``forms``, through ``cache`` where given."""
+    if cache is not None and len(cache) + len(forms) > _CACHED_FORMS:
+        cache.clear()
+    todo = forms if cache is None else [f for f in forms if f not in cache]
+    lower = [f.lower() for f in todo]
+    fresh = {name: _value_codes(name, todo, lower, lexicon) for name in _NEEDED}
+    if cache is None:
+        return fresh
+    cache.update(zip(todo, zip(*(fresh[name].tolist() for name in _NEEDED), strict=True), strict=True))
+    table = np.array([cache[f] for f in forms], dtype=np.uint64).reshape(len(forms), len(_NEEDED))
+    return {name: table[:, k] for k, name in enumerate(_NEEDED)}
 
 
 def build_lexicon(sentences: Sequence[Any], min_count: int = 3) -> Lexicon:
