@@ -8,9 +8,9 @@ at build time). Kernels: ``engine.scoring.fused`` (arc potentials straight from 
 table type), ``engine.features.second_order`` (hashing of higher-order features),
 ``engine.scoring.triple_deltas`` (what a copy of a sentence under other tags changes in them),
 ``engine.decode.labeler_kernel`` (the log-linear labeller's hashing and scoring), ``engine.text.linear``
-(the word classifiers' and the tokenizer's scores), ``engine.graph.tags``
-(TAGLINK and CHAIN messages of joint tagging and parsing), ``engine.inference.relaxed_scan`` (relaxed inference's
-gain screen and eta) and ``engine.constituency.kernel`` (inside-outside over
+(the word classifiers' and the tokenizer's scores), ``engine.text.crf_ragged`` (the tagger's chains),
+``engine.graph.tags`` (TAGLINK and CHAIN messages of joint tagging and parsing), ``engine.inference.relaxed_scan``
+(relaxed inference's gain screen and eta) and ``engine.constituency.kernel`` (inside-outside over
 anchored items, the live binary items of a pruning mask).
 """
 
@@ -41,6 +41,7 @@ from engine.graph.tags import TagChain, TagLink
 from engine.inference.relaxed_scan import left_out_eta, screen
 from engine.scoring.fused import ArcScorer
 from engine.scoring.triple_deltas import copy_deltas
+from engine.text import crf_ragged
 from engine.text.linear import HashedLogLinear
 
 
@@ -94,6 +95,15 @@ def _labeller(tokens: _Tokens) -> None:
         stacked.predict_batch([tokens], heads)
 
 
+def _tagger_chains() -> None:
+    """The tagger's forward-backward, Viterbi and sampling over two ragged chains."""
+    emissions, transitions, offsets = np.zeros((3, 2)), np.zeros((3, 3)), np.array([0, 1, 3])
+    alpha = crf_ragged.forward(emissions, transitions, offsets)
+    crf_ragged.marginals(emissions, transitions, offsets, alpha)
+    crf_ragged.viterbi(emissions, transitions, np.zeros((3, 1), dtype=np.int64), offsets)
+    crf_ragged.sample(alpha, transitions, np.zeros((1, 3)), offsets)
+
+
 def warm_up() -> float:
     """Compile (or load) every kernel for every argument type in use; returns the seconds it took."""
     start = time.perf_counter()
@@ -119,6 +129,7 @@ def warm_up() -> float:
     TagLink(2, np.array([0, 1]), np.array([1, 2]), np.zeros((2, 2, 2)), allowed).propagate(
         np.zeros(2), np.zeros((2, 2)), np.zeros((2, 2)))
     TagChain(np.zeros((1, 2, 2)), np.zeros(2), np.zeros(2), allowed).propagate(np.zeros((2, 2)))
+    _tagger_chains()
     _constituency()
     _relaxed()
     return time.perf_counter() - start

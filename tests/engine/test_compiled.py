@@ -7,7 +7,7 @@ from engine.compiled import warm_up
 from engine.decode import labeler_kernel
 from engine.features import second_order
 from engine.scoring import fused, triple_deltas
-from engine.text import linear
+from engine.text import crf_ragged, linear
 
 
 def test_warm_up_compiles_every_parsing_kernel_for_every_weight_type() -> None:
@@ -16,5 +16,6 @@ def test_warm_up_compiles_every_parsing_kernel_for_every_weight_type() -> None:
                        linear._row_sums: 2}
     for kernel, types in per_weight_type.items():
         assert len(kernel.signatures) >= types, kernel
-    for kernel in (second_order._triple_kernel, labeler_kernel.group_ids, labeler_kernel.unique_rows):
+    for kernel in (second_order._triple_kernel, labeler_kernel.group_ids, labeler_kernel.unique_rows,
+                   crf_ragged._forward, crf_ragged._marginals, crf_ragged._viterbi, crf_ragged._sample):
         assert kernel.signatures, kernel
