@@ -121,7 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                             metrics.rejected.inc),
         batcher=Batcher(processes.run if processes else run_batch,
                         workers=settings.parse_processes or settings.parse_threads,
-                        wait_s=settings.batch_wait_ms / 1000,
+                        wait_s=settings.batch_wait_ms / 1000, gap_s=settings.batch_gap_ms / 1000,
                         max_words=settings.batch_max_words, enabled=settings.batching,
                         wait_only_when_busy=not settings.batch_wait_idle, on_batch=metrics.batch,
                         on_dropped=lambda reason: metrics.dropped.labels(reason).inc()),

@@ -5,9 +5,12 @@ key; requests with the same key (same model, same inference settings) may share 
 coroutines each take a batch and run it on a worker thread, one batch per thread at a time:
 
 - the oldest queued ticket decides the key; its batch is taken as soon as the tickets of that key hold
-  ``max_words`` words or the oldest has waited ``wait_s`` seconds, whichever comes first; with
-  ``wait_only_when_busy`` it waits only while another batch is running (an idle server parses a lone request at
-  once, a busy one lets requests gather into larger batches, which parse more words per CPU second);
+  ``max_words`` words, or the oldest has waited ``wait_s`` seconds, or no request has arrived for ``gap_s``
+  seconds, whichever comes first; with ``wait_only_when_busy`` it waits only while another batch is running (an
+  idle server parses a lone request at once, a busy one lets requests gather into larger batches, which parse
+  more words per CPU second). The gap ends the wait once a burst of requests is over: under steady load the
+  clients answered by one batch send their next requests together, and waiting on after they have all come
+  would only leave a parse process idle;
 - a batch is the oldest ticket and then, in arrival order, every further ticket of the key that still fits
   in ``max_words`` and in an equal share of the key's queued words among the idle workers (so that idle
   threads split the queue instead of one taking it all; the first ticket always goes, however large);
@@ -62,9 +65,12 @@ class Ticket:
 
 class Batcher:
     def __init__(self, run: Runner, *, workers: int, wait_s: float, max_words: int, enabled: bool = True,
-                 wait_only_when_busy: bool = False, on_batch: Callable[[int, int], None] | None = None,
+                 wait_only_when_busy: bool = False, gap_s: float | None = None,
+                 on_batch: Callable[[int, int], None] | None = None,
                  on_dropped: Callable[[str], None] | None = None) -> None:
         self.run, self.workers, self.wait_s, self.max_words, self.enabled = run, workers, wait_s, max_words, enabled
+        self.gap_s = wait_s if gap_s is None else gap_s
+        self._last_arrival = 0.0
         self.wait_only_when_busy = wait_only_when_busy
         self.on_batch = on_batch or (lambda requests, words: None)
         self.on_dropped = on_dropped or (lambda reason: None)
@@ -91,6 +97,7 @@ class Batcher:
         changed = self._start()
         loop = asyncio.get_running_loop()
         ticket = Ticket(key, payload, words, loop.create_future(), loop.time(), on_end)
+        self._last_arrival = ticket.enqueued
         self._queue.append(ticket)
         self._queued_words[key] = self._queued_words.get(key, 0) + words
         async with changed:
@@ -170,7 +177,7 @@ class Batcher:
                 await changed.wait()
                 continue
             head = self._queue[0]
-            due_in = head.enqueued + self.wait_s - self._loop.time()
+            due_in = min(head.enqueued + self.wait_s, self._last_arrival + self.gap_s) - self._loop.time()
             waits = self.enabled and not head.due and (self.running > 0 or not self.wait_only_when_busy)
             if waits and due_in > 0 and self._queued_words[head.key] < self.max_words:
                 with contextlib.suppress(TimeoutError):

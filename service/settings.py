@@ -112,6 +112,9 @@ class Settings(BaseSettings):
     batch_wait_ms: float = Field(30.0, ge=0.0, le=1000.0, description="how long the first request of a batch "
                                  "waits for others with the same model and inference settings while another batch "
                                  "is being parsed (an idle server parses a request at once)")
+    batch_gap_ms: float = Field(3.0, ge=0.0, le=1000.0, description="a waiting batch is parsed once no request "
+                                "has arrived for this long (the burst of requests that a finished batch's clients "
+                                "send is over), if PARSER_BATCH_WAIT_MS has not ended its wait first")
     batch_wait_idle: bool = Field(False, description="wait PARSER_BATCH_WAIT_MS for more requests also when no "
                                   "batch is being parsed (a lone request then always waits)")
     batch_max_words: int = Field(800, ge=1, le=100_000, description="words per batch: a batch is parsed as soon "

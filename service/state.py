@@ -50,7 +50,8 @@ class ServiceState:
             raise ProblemError(404, "Unknown model", str(e), kind="unknown-model", field="model") from e
 
 
-def get_state(request: Request) -> ServiceState:
+async def get_state(request: Request) -> ServiceState:
+    """The app's state (async: FastAPI would run a plain function on its thread pool, a hand-off per request)."""
     state: ServiceState = request.app.state.service
     return state
 

@@ -176,3 +176,35 @@ def test_requests_of_zero_words_share_a_batch_without_stalling_it(order: list[in
         return done
 
     assert run(scenario) == [f"P{i}" for i in range(len(order))] + ["NEXT"]
+
+
+def test_a_waiting_batch_goes_once_its_burst_of_requests_is_over() -> None:
+    """While another batch runs, the next one waits for more requests (``wait_s``), but only until they stop
+    coming (``gap_s``): the burst it waited for arrives in one batch, and the batch does not sit out ``wait_s``
+    (60 s here: without the gap rule the test would time out)."""
+    batches: list[list[str]] = []
+    entered, second, release = threading.Event(), threading.Event(), threading.Event()
+
+    def runner(payloads: list[str]) -> list[Any]:
+        batches.append(list(payloads))
+        if len(batches) == 1:  # the batch that keeps the server busy
+            entered.set()
+            assert release.wait(DEADLINE)
+        else:
+            second.set()
+        return [p.upper() for p in payloads]
+
+    batcher = Batcher(runner, workers=2, wait_s=60.0, max_words=100, wait_only_when_busy=True, gap_s=0.2)
+
+    async def scenario() -> list[Any]:
+        first = await batcher.submit("k", "a", 1)  # an idle server: parsed at once
+        assert await asyncio.to_thread(entered.wait, DEADLINE)
+        burst = await submit_all(batcher, [("k", "b", 1), ("k", "c", 1), ("k", "d", 1)])
+        assert await asyncio.to_thread(second.wait, DEADLINE / 2)
+        release.set()
+        done = await asyncio.gather(first.future, *(t.future for t in burst))
+        await batcher.stop()
+        return done
+
+    assert run(scenario) == ["A", "B", "C", "D"]
+    assert batches == [["a"], ["b", "c", "d"]]

@@ -18,9 +18,10 @@ ABANDONED = 8
 
 @pytest.fixture()
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    # one parsing process; a batch's first request waits 1 s for others, even on an idle server, so the
-    # requests below are still queued when their clients give up after 0.2 s
+    # one parsing process; a batch's first request waits 1 s for others, even on an idle server and with no
+    # requests arriving, so the requests below are still queued when their clients give up after 0.2 s
     proc = ServerProcess(tmp_path / "data", workers=0, env={"PARSER_BATCH_WAIT_MS": "1000",
+                                                            "PARSER_BATCH_GAP_MS": "1000",
                                                             "PARSER_BATCH_WAIT_IDLE": "true",
                                                             "PARSER_PARSE_PROCESSES": "1"})
     try:
