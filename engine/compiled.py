@@ -42,7 +42,7 @@ from engine.inference.relaxed_scan import left_out_eta, screen
 from engine.scoring.fused import ArcScorer
 from engine.scoring.triple_deltas import copy_deltas
 from engine.text import crf_ragged
-from engine.text.linear import HashedLogLinear
+from engine.text.linear import HashedLogLinear, row_sums
 
 
 class _Tokens:
@@ -125,6 +125,7 @@ def warm_up() -> float:
     for dtype in (np.float32, np.float64):  # the tokenizer's, lemmatizer's and morphological tagger's scores
         HashedLogLinear(np.array([5], dtype=np.uint64), np.zeros((2, 3), dtype=dtype)).scores(
             np.array([[5, 6]], dtype=np.uint64))
+    row_sums(np.zeros((2, 3), dtype=np.float32), np.zeros((1, 2), dtype=np.int32), np.zeros((1, 3)))  # the tagger's
     allowed = np.array([[True, False], [True, True], [True, True]])
     TagLink(2, np.array([0, 1]), np.array([1, 2]), np.zeros((2, 2, 2)), allowed).propagate(
         np.zeros(2), np.zeros((2, 2)), np.zeros((2, 2)))

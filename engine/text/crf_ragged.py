@@ -14,7 +14,8 @@ Pereira 2001, §3):
 - ``viterbi``: the best path through each position's candidate states (``chain_viterbi``), the same
   operations in the same order, ties to the first candidate as numpy's ``argmax``.
 - ``sample``: forward filtering, backward sampling (Carter & Kohn 1994) by inverting each cumulative
-  distribution at given uniform numbers (``chain_sample``), with the same cumulative sums.
+  distribution at given uniform numbers (``chain_sample``), with the same cumulative sums, each built once per
+  position and next state rather than once per draw.
 
 The transitions are an (S+1, S+1) matrix whose last row holds the start scores and last column the end scores.
 ``tests/engine/text/test_crf_ragged.py`` checks each kernel against its ``engine.text.crf`` counterpart.
@@ -48,11 +49,14 @@ def _finite_max(v: np.ndarray) -> float:
 
 
 @njit(cache=True, nogil=True)
-def _marginals(em: np.ndarray, trans: np.ndarray, exp_a: np.ndarray, a_max: float, offsets: np.ndarray,
+def _marginals(em: np.ndarray, trans: np.ndarray, exp_a_t: np.ndarray, a_max: float, offsets: np.ndarray,
                alpha: np.ndarray, unary: np.ndarray, log_z: np.ndarray) -> None:
+    """``exp_a_t`` is ``exp(A - max A)`` transposed: the backward step's sums over ``j`` of ``row[j] exp_a[i, j]``
+    then run as one vector update per ``j`` (in the same order of ``j`` for every ``i``)."""
     s = em.shape[1]
     beta = np.empty_like(em)
     row = np.empty(s)
+    acc = np.empty(s)
     for b in range(offsets.shape[0] - 1):
         start, stop = offsets[b], offsets[b + 1]
         if stop == start:
@@ -72,13 +76,13 @@ def _marginals(em: np.ndarray, trans: np.ndarray, exp_a: np.ndarray, a_max: floa
             for j in range(s):
                 row[j] = em[t + 1, j] + beta[t + 1, j]
             m = _finite_max(row)
+            acc[:] = 0.0
             for j in range(s):
-                row[j] = math.exp(row[j] - m)
+                r = math.exp(row[j] - m)
+                for i in range(s):
+                    acc[i] += r * exp_a_t[j, i]
             for i in range(s):
-                total = 0.0
-                for j in range(s):
-                    total += row[j] * exp_a[i, j]
-                beta[t, i] = (math.log(total) if total > 0.0 else -np.inf) + m + a_max
+                beta[t, i] = (math.log(acc[i]) if acc[i] > 0.0 else -np.inf) + m + a_max
         for t in range(start, stop):
             for j in range(s):
                 unary[t, j] = math.exp(alpha[t, j] + beta[t, j] - z)
@@ -104,7 +108,7 @@ def marginals(emissions: np.ndarray, transitions: np.ndarray, offsets: np.ndarra
     if alpha is None:
         alpha = forward(em, trans, offsets)
     unary, log_z = np.empty_like(em), np.empty(len(offsets) - 1)
-    _marginals(em, trans, exp_a, a_max, offsets, alpha, unary, log_z)
+    _marginals(em, trans, np.ascontiguousarray(exp_a.T), a_max, offsets, alpha, unary, log_z)
     return unary, log_z
 
 
@@ -177,40 +181,64 @@ def _forward(em: np.ndarray, trans: np.ndarray, exp_a: np.ndarray, a_max: float,
 
 
 @njit(cache=True, nogil=True)
-def _inverse_cdf(scores: np.ndarray, u: float, cum: np.ndarray) -> int:
-    """The first index whose cumulative probability exceeds ``u`` (``engine.text.crf._inverse_cdf``)."""
+def _cumulative(scores: np.ndarray, cum: np.ndarray) -> None:
+    """``cum`` = the running sums of ``exp(scores - max)`` (``np.cumsum`` sums in the same order)."""
     m = _finite_max(scores)
     total = 0.0
     for j in range(scores.shape[0]):
         total += math.exp(scores[j] - m)
         cum[j] = total
-    threshold = u * total
-    count = 0
-    for j in range(scores.shape[0]):
-        if cum[j] <= threshold:
-            count += 1
-    return min(count, scores.shape[0] - 1)
+
+
+@njit(cache=True, nogil=True)
+def _draw(cum: np.ndarray, u: float) -> int:
+    """The first index whose cumulative probability exceeds ``u`` (``engine.text.crf._inverse_cdf``): the number
+    of running sums ``<= u * total``, found by bisection since they never decrease."""
+    threshold = u * cum[-1]
+    lo, hi = 0, cum.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cum[mid] <= threshold:
+            lo = mid + 1
+        else:
+            hi = mid
+    return min(lo, cum.shape[0] - 1)
 
 
 @njit(cache=True, nogil=True)
 def _sample(alpha: np.ndarray, trans: np.ndarray, uniform: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> None:
-    s = alpha.shape[1]
+    """Backward sampling of every draw. At a position, the distribution of a draw's state depends only on the state
+    it drew at the next position, so it is built once per distinct next state and shared by the draws that have it
+    (the draws mostly agree: few distributions per position instead of one per draw)."""
+    s, k = alpha.shape[1], uniform.shape[0]
     scores = np.empty(s)
-    cum = np.empty(s)
+    cums = np.empty((max(k, 1), s))
+    keys = np.empty(max(k, 1), dtype=np.int64)
     for b in range(offsets.shape[0] - 1):
         start, stop = offsets[b], offsets[b + 1]
-        if stop == start:
+        if stop == start or k == 0:
             continue
-        for d in range(uniform.shape[0]):
-            for j in range(s):
-                scores[j] = alpha[stop - 1, j] + trans[j, s]
-            y = _inverse_cdf(scores, uniform[d, stop - 1], cum)
-            out[d, stop - 1] = y
-            for t in range(stop - 2, start - 1, -1):
-                for j in range(s):
-                    scores[j] = alpha[t, j] + trans[j, y]
-                y = _inverse_cdf(scores, uniform[d, t], cum)
-                out[d, t] = y
+        for j in range(s):
+            scores[j] = alpha[stop - 1, j] + trans[j, s]
+        _cumulative(scores, cums[0])
+        for d in range(k):
+            out[d, stop - 1] = _draw(cums[0], uniform[d, stop - 1])
+        for t in range(stop - 2, start - 1, -1):
+            used = 0
+            for d in range(k):
+                y = out[d, t + 1]
+                slot = -1
+                for c in range(used):
+                    if keys[c] == y:
+                        slot = c
+                        break
+                if slot < 0:
+                    slot, used = used, used + 1
+                    keys[slot] = y
+                    for j in range(s):
+                        scores[j] = alpha[t, j] + trans[j, y]
+                    _cumulative(scores, cums[slot])
+                out[d, t] = _draw(cums[slot], uniform[d, t])
 
 
 def sample(alpha: np.ndarray, transitions: np.ndarray, uniform: np.ndarray, offsets: np.ndarray) -> np.ndarray:

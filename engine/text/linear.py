@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 @njit(cache=True, nogil=True)
-def _row_sums(weights: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
+def row_sums(weights: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
     """``out[i] += weights[rows[i, 0]] + weights[rows[i, 1]] + ...`` in float64, one feature after another."""
     for i in range(rows.shape[0]):
         for f in range(rows.shape[1]):
@@ -69,13 +69,13 @@ class HashedLogLinear:
 
     def scores(self, feats: np.ndarray, block: int = 1 << 16) -> np.ndarray:
         """Class scores (N, K) float64 of a key matrix (N, F), in blocks of rows to bound memory: each row's
-        weights added in float64 in feature order (``_row_sums``: what ``weights[rows].sum(axis=1,
+        weights added in float64 in feature order (``row_sums``: what ``weights[rows].sum(axis=1,
         dtype=np.float64)`` computes, without its (N, F, K) temporary)."""
         out = np.zeros((feats.shape[0], self.n_classes), dtype=np.float64)
         weights = np.ascontiguousarray(self.weights if self.weights.dtype in (np.float32, np.float64)
                                        else self.weights.astype(np.float64))
         for a in range(0, feats.shape[0], block):
-            _row_sums(weights, self.rows(feats[a:a + block]), out[a:a + block])
+            row_sums(weights, self.rows(feats[a:a + block]), out[a:a + block])
         return out
 
     def probabilities(self, feats: np.ndarray) -> np.ndarray:

@@ -49,6 +49,7 @@ from engine.text.crf import (  # noqa: F401 (chain kernels re-exported for their
     chain_score,
     chain_viterbi,
 )
+from engine.text.linear import row_sums
 from engine.text.tag_candidates import CandidateSettings, TagCandidates, choose_states, restrict
 from engine.text.tagger_features import (  # noqa: F401 (feature extraction re-exported for its users)
     LEXICONS,
@@ -119,10 +120,16 @@ class JointCrf:
     transition: np.ndarray  # (S+1, S+1) float64
 
     def emissions(self, ids: np.ndarray) -> np.ndarray:
-        """(..., K) feature ids -> (..., S) float64 state emission scores."""
-        eu = self.upos_emission[ids].sum(axis=-2, dtype=np.float64)
-        ex = self.xpos_emission[ids].sum(axis=-2, dtype=np.float64)
-        return eu[..., self.states[:, 0]] + ex[..., self.states[:, 1]]
+        """(..., K) feature ids -> (..., S) float64 state emission scores. Each word's weight rows are added in
+        float64 in feature order by a compiled loop (``engine.text.linear.row_sums``), which is what numpy's
+        ``weights[ids].sum(axis=-2, dtype=np.float64)`` computes, without the (..., K, labels) gather."""
+        rows = np.ascontiguousarray(ids.reshape(-1, ids.shape[-1]))
+        eu = np.zeros((len(rows), self.upos_emission.shape[1]))
+        ex = np.zeros((len(rows), self.xpos_emission.shape[1]))
+        row_sums(self.upos_emission, rows, eu)
+        row_sums(self.xpos_emission, rows, ex)
+        scores = eu[:, self.states[:, 0]] + ex[:, self.states[:, 1]]
+        return scores.reshape(*ids.shape[:-1], len(self.states))
 
     def split(self, state_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Sum (..., S) state values by UPOS and by XPOS -> ((..., n_upos), (..., n_xpos))."""
@@ -267,7 +274,7 @@ class Tagger:
         return tagger
 
     # -- tagging ------------------------------------------------------------------------------------------
-    def tag(self, sentences: Sequence[HasForms], *, batch_size: int = 64, samples: int = 0,
+    def tag(self, sentences: Sequence[HasForms], *, batch_size: int = 256, samples: int = 0,
             candidates: CandidateSettings | None = None) -> list[TagResult]:
         """Viterbi tags and forward-backward marginals of every sentence (given in any order and length), and
         ``samples`` (UPOS, XPOS) sequences per sentence drawn from the posterior ``p(y | x)``
@@ -297,10 +304,12 @@ class Tagger:
                 uniform = np.concatenate([np.random.default_rng(int(hash_string("\x1f".join(s.forms))))
                                           .random((samples, len(s.forms))) for s in chunk], axis=1)
                 drawn = crf.states[crf_ragged.sample(alpha, crf.transition, uniform, offsets)]  # (samples, N, 2)
+            drawn_upos, drawn_xpos = upos[drawn[:, :, 0]], xpos[drawn[:, :, 1]]  # (samples, N) labels
             for r in range(len(chunk)):
                 w = slice(offsets[r], offsets[r + 1])
                 results.append(result := TagResult(upos[path[w, 0]].tolist(), xpos[path[w, 1]].tolist(), um[w], xm[w],
-                                                   [(upos[y[w, 0]].tolist(), xpos[y[w, 1]].tolist()) for y in drawn]))
+                                                   list(zip(drawn_upos[:, w].tolist(), drawn_xpos[:, w].tolist(),
+                                                            strict=True))))
                 if candidates is not None and w.stop > w.start:
                     states, allowed = choose_states(marginals[w], best[w], candidates)
                     result.candidates = restrict(em[w], crf.transition, states, allowed,

@@ -13,7 +13,7 @@ from engine.text import crf_ragged, linear
 def test_warm_up_compiles_every_parsing_kernel_for_every_weight_type() -> None:
     warm_up()
     per_weight_type = {fused._scores_kernel: 3, triple_deltas._deltas_kernel: 3, labeler_kernel.row_scores: 2,
-                       linear._row_sums: 2}
+                       linear.row_sums: 2}
     for kernel, types in per_weight_type.items():
         assert len(kernel.signatures) >= types, kernel
     for kernel in (second_order._triple_kernel, labeler_kernel.group_ids, labeler_kernel.unique_rows,

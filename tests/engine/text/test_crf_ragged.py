@@ -129,3 +129,17 @@ def test_feature_codes_through_the_form_cache_equal_fresh_ones(ewt_dir: Path, mo
         assert np.array_equal(fresh, cached) and np.array_equal(offsets, same_offsets)
         forms = {f for s in part for f in s.forms} | {tagger_features._BOS, tagger_features._EOS}
         assert forms <= cache.keys() and (len(cache) <= 700 or cache.keys() == forms)  # afresh when full
+
+
+@pytest.mark.skipif(not (MODEL / "manifest.json").exists(), reason="the shipped model is not here")
+def test_emissions_are_numpys_gathered_sums_bit_for_bit(ewt_dir: Path) -> None:
+    """The compiled row sums give what summing the gathered weight rows in float64 gives, for a flat (words, K)
+    id matrix (tagging) and a (sentences, words, K) one (training)."""
+    tagger = Pipeline.load(MODEL).tagger
+    assert tagger is not None
+    ids, _ = tagger._ids(read_conllu(ewt_dir / "en_ewt-ud-dev.conllu")[:200])
+    c = tagger.crf
+    for shaped in (ids, ids[:600].reshape(20, 30, -1)):
+        eu = c.upos_emission[shaped].sum(axis=-2, dtype=np.float64)
+        ex = c.xpos_emission[shaped].sum(axis=-2, dtype=np.float64)
+        assert np.array_equal(c.emissions(shaped), eu[..., c.states[:, 0]] + ex[..., c.states[:, 1]])
