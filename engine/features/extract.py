@@ -60,6 +60,56 @@ def token_attribute(sent: Tokens, attr: str) -> list[str]:
     return [*vals[1:], "<EOS>"]
 
 
+_WORD_BASES = ("form", "lower", "pre5", "suf3", "shape")
+_FORM_CODES: dict[str, tuple[int, ...]] = {}  # each form's codes of the _WORD_BASES, up to _MAX_FORMS forms
+_MAX_FORMS = 1 << 18
+_ROOT, _BOS, _EOS = (hash_string(x) for x in ("<ROOT>", "<BOS>", "<EOS>"))
+
+
+def _word_codes(forms: list[str]) -> np.ndarray:
+    """(n, len(_WORD_BASES)) uint64: the hash codes of each form's attribute strings, computed once per form
+    (they depend on the form alone) and kept while fewer than ``_MAX_FORMS`` forms have been seen."""
+    cache = _FORM_CODES
+    if len(cache) + len(forms) > _MAX_FORMS:
+        cache.clear()
+    rows = []
+    for f in forms:
+        row = cache.get(f)
+        if row is None:
+            low = f.lower()
+            row = cache[f] = (hash_string(f), hash_string(low), hash_string(low[:5]), hash_string(low[-3:]),
+                              hash_string(word_shape(f)))
+        rows.append(row)
+    return np.array(rows, dtype=np.uint64).reshape(len(forms), len(_WORD_BASES))
+
+
+def attribute_hashes(sent: Tokens, attrs: Sequence[str]) -> np.ndarray:
+    """(n+1, A) uint64: ``hash_strings(token_attribute(sent, a))`` for each attribute ``a``, the same codes
+    without building the strings of a form again once it has been seen."""
+    n = len(sent.forms)
+    out = np.empty((n + 1, len(attrs)), dtype=np.uint64)
+    words: np.ndarray | None = None
+    for j, attr in enumerate(attrs):
+        base, _, shift = attr.partition("_")
+        if base in ("upos", "xpos"):
+            col = hash_strings(["<ROOT>", *(sent.upos if base == "upos" else sent.xpos)])
+        else:
+            if words is None:
+                words = _word_codes(sent.forms)
+            col = np.empty(n + 1, dtype=np.uint64)
+            col[0] = _ROOT
+            col[1:] = words[:, _WORD_BASES.index(base)]
+        if shift == "prev":
+            out[0, j], out[1:, j] = _BOS, col[:-1]
+        elif shift == "next":
+            out[:-1, j], out[-1, j] = col[1:], _EOS
+        elif not shift:
+            out[:, j] = col
+        else:
+            raise KeyError(attr)
+    return out
+
+
 def direction_distance(n: int) -> tuple[np.ndarray, np.ndarray]:
     """Codes (n+1, n+1) for the direction of ``h -> m`` and for direction plus binned distance."""
     pos = np.arange(n + 1)

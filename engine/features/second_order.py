@@ -22,7 +22,7 @@ from functools import lru_cache
 import numpy as np
 from numba import njit  # type: ignore[import-untyped]
 
-from engine.features.extract import Tokens, token_attribute
+from engine.features.extract import Tokens, attribute_hashes
 from engine.features.templates import CONTEXTS, TOKEN_ATTRIBUTES
 from engine.hashing import hash_string, hash_strings, mix_pair
 
@@ -168,7 +168,7 @@ def template_attributes(templates: Sequence[TripleTemplate]) -> list[str]:
 def attribute_codes(tokens: Tokens, attrs: Sequence[str]) -> np.ndarray:
     """(n+1, A) uint64: the hash code of each attribute of each word (row 0 the root). Two taggings of a
     sentence give a triple the same features exactly when its three words have the same rows."""
-    return np.stack([hash_strings(token_attribute(tokens, x)) for x in attrs], axis=1)
+    return attribute_hashes(tokens, attrs)
 
 
 def extract_triples(

@@ -24,7 +24,14 @@ import numpy as np
 from numba import njit, types  # type: ignore[import-untyped]
 from numba.extending import overload  # type: ignore[import-untyped]
 
-from engine.features.extract import UPOS_TAGS, FeatureExtractor, Tokens, direction_distance, token_attribute
+from engine.features.extract import (
+    UPOS_TAGS,
+    FeatureExtractor,
+    Tokens,
+    attribute_hashes,
+    direction_distance,
+    token_attribute,
+)
 from engine.hashing import hash_string, hash_strings, mix_pair
 
 _DEP_SEED = np.uint64(0x51ED27)
@@ -282,8 +289,7 @@ class ArcScorer:
         for i, s in enumerate(sentences):
             words = seen.get(id(s.forms))
             if words is None:
-                words = seen[id(s.forms)] = np.stack([hash_strings(token_attribute(s, self.attrs[j]))
-                                                      for j in worded], axis=1) if worded else np.empty((n1, 0))
+                words = seen[id(s.forms)] = attribute_hashes(s, [self.attrs[j] for j in worded])
             codes[i][:, worded] = words
         for j in tagged:
             codes[:, :, j] = hash_strings([x for s in sentences for x in token_attribute(s, self.attrs[j])]).reshape(

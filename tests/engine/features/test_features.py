@@ -7,9 +7,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from engine.data.conllu_io import read_conllu
+from engine.features import extract
 from engine.features.extract import UPOS_TAGS, FeatureExtractor
 from engine.features.templates import ArcTemplate, default_first_order
-from engine.hashing import hash_string
+from engine.hashing import hash_string, hash_strings
 
 
 def _sent(text: str, tags: str) -> SimpleNamespace:
@@ -86,3 +88,18 @@ def test_shifted_word_attributes_and_shapes() -> None:
     b = fx.extract([_sent("a z c d", "X X X X")])[0]
     assert a[1, 3, 0] != b[1, 3, 0]  # the word before "c" changed
     assert a[3, 1, 0] == b[3, 1, 0]  # the word before "a" did not
+
+
+def test_attribute_hashes_are_the_hashed_attribute_strings(ewt_dir, monkeypatch) -> None:
+    """``attribute_hashes`` (each form's codes computed once) gives ``hash_strings(token_attribute(...))`` for every
+    attribute and shift, on a first sight of the forms, on a second, and across a cache that starts afresh."""
+    monkeypatch.setattr(extract, "_FORM_CODES", {})
+    monkeypatch.setattr(extract, "_MAX_FORMS", 300)
+    attrs = [f"{base}{shift}" for base in (*extract._WORD_BASES, "upos", "xpos") for shift in ("", "_prev", "_next")]
+    dev = read_conllu(ewt_dir / "en_ewt-ud-dev.conllu")
+    for sentence in [*dev[:60], *dev[:60], *dev[60:120]]:
+        expected = np.stack([hash_strings(extract.token_attribute(sentence, a)) for a in attrs], axis=1)
+        assert np.array_equal(extract.attribute_hashes(sentence, attrs), expected)
+    assert 0 < len(extract._FORM_CODES) <= 300
+    with pytest.raises(KeyError):
+        extract.attribute_hashes(dev[0], ["form_after"])
