@@ -106,7 +106,7 @@ def test_a_request_gets_the_same_answer_in_a_batch_as_alone_and_errors_stay_its_
     words = sum(len(s) for b in bodies for s in b["tokens"])
     batches, requests = metric(client, "parser_batch_requests_count"), metric(client, "parser_batch_requests_sum")
     # the batch goes when all its words are in (not after a wait): one batch however slow the machine
-    with batcher_set(client, wait_s=DEADLINE, max_words=words, wait_only_when_busy=False), \
+    with batcher_set(client, wait_s=DEADLINE, gap_s=DEADLINE, max_words=words, wait_only_when_busy=False), \
             ThreadPoolExecutor(len(bodies)) as pool:
         batched = list(pool.map(lambda b: client.post("/parse", json=b), bodies))
     assert metric(client, "parser_batch_requests_count") - batches == 1
@@ -152,7 +152,7 @@ def test_time_budget_503_if_never_started_504_if_started(client: TestClient) -> 
     state = state_of(client)
     before = metric(client, "parser_dropped_work_total", reason="timeout")
     # the batch waits longer than the budget
-    with batcher_set(client, wait_s=DEADLINE, max_words=10**6, wait_only_when_busy=False):
+    with batcher_set(client, wait_s=DEADLINE, gap_s=DEADLINE, max_words=10**6, wait_only_when_busy=False):
         r = client.post("/parse", json={"tokens": [WORDS]})
     assert r.status_code == 503 and r.headers["content-type"].startswith(PROBLEM), r.text
     assert r.headers["retry-after"] == str(state.settings.retry_after_seconds) and "time budget" in r.json()["detail"]
