@@ -113,7 +113,7 @@ def _corpus(sentences: Sequence[Sentence], side: str) -> _Corpus:
     for number, sent in enumerate(sentences, 1):
         first_word, start = len(words), len(chars)
         ranges = _ranges(sent)
-        heads, n = sent.heads, sent.n
+        heads, n = (None if sent.heads is None else [int(h) for h in sent.heads]), sent.n  # Python ints: cheaper reads
         k = 1
         while k <= n:
             last, surface = ranges.get(k, (k, sent.forms[k - 1]))
@@ -125,10 +125,10 @@ def _corpus(sentences: Sequence[Sentence], side: str) -> _Corpus:
             chars.extend(form)
             tokens.append((a, len(chars)))
             for j in range(k, last + 1):
-                if heads is None or not 0 <= int(heads[j]) <= n:
+                if heads is None or not 0 <= heads[j] <= n:
                     head = _UNKNOWN
                 else:
-                    head = first_word + int(heads[j]) - 1 if heads[j] > 0 else -1
+                    head = first_word + heads[j] - 1 if heads[j] > 0 else -1
                 word_form = sent.forms[j - 1] if last > k else form
                 words.append(_Word(a, len(chars), last > k, word_form, sent.upos[j - 1], sent.xpos[j - 1],
                                    sent.deprels[j - 1].split(":")[0], head, sent.lemmas[j - 1],
