@@ -21,8 +21,10 @@ equal-length sentences. It is a pure function of ``(emissions, transitions)`` so
 factors of joint tagging and parsing under BP (Smith & Eisner 2008, §3.4) can call it with incoming
 messages folded into the emissions. Training minimises the negative conditional log-likelihood plus an L2
 penalty by AdaGrad (Duchi et al. 2011) over equal-length mini-batches; the gradient is the usual
-expected-minus-observed feature counts (``chain_nll``). Decoding is Viterbi (``chain_viterbi``) over each
-word's most probable states; the UPOS/XPOS marginals are the state marginals summed by tag.
+expected-minus-observed feature counts (``chain_nll``). Tagging runs the same recurrences compiled over a
+batch of sentences of any lengths at once (``engine.text.crf_ragged``): forward-backward, Viterbi over each
+word's most probable states, and draws from ``p(y | x)``; the UPOS/XPOS marginals are the state marginals summed
+by tag.
 """
 
 from __future__ import annotations

@@ -131,16 +131,19 @@ _CACHED_FORMS = 1 << 18  # a cache holding more forms starts afresh
 
 def _form_values(forms: list[str], lexicon: Lexicon, cache: dict[str, tuple[int, ...]] | None
                  ) -> dict[str, np.ndarray]:
-    """Each lexical template's codes (U,) uint64 for the distinct ``forms``, through ``cache`` where given."""
-    if cache is not None and len(cache) + len(forms) > _CACHED_FORMS:
-        cache.clear()
-    todo = forms if cache is None else [f for f in forms if f not in cache]
-    lower = [f.lower() for f in todo]
-    fresh = {name: _value_codes(name, todo, lower, lexicon) for name in _NEEDED}
+    """Each lexical template's codes (U,) uint64 for the distinct ``forms``, through ``cache`` where given (read
+    once per form: another thread may clear it meanwhile, as the service's parse threads share a tagger)."""
     if cache is None:
-        return fresh
-    cache.update(zip(todo, zip(*(fresh[name].tolist() for name in _NEEDED), strict=True), strict=True))
-    table = np.array([cache[f] for f in forms], dtype=np.uint64).reshape(len(forms), len(_NEEDED))
+        return {name: _value_codes(name, forms, [f.lower() for f in forms], lexicon) for name in _NEEDED}
+    if len(cache) + len(forms) > _CACHED_FORMS:
+        cache.clear()
+    rows = {f: cache.get(f) for f in forms}
+    todo = [f for f, row in rows.items() if row is None]
+    fresh = {name: _value_codes(name, todo, [f.lower() for f in todo], lexicon) for name in _NEEDED}
+    computed = dict(zip(todo, zip(*(fresh[name].tolist() for name in _NEEDED), strict=True), strict=True))
+    cache.update(computed)
+    rows.update(computed)
+    table = np.array([rows[f] for f in forms], dtype=np.uint64).reshape(len(forms), len(_NEEDED))
     return {name: table[:, k] for k, name in enumerate(_NEEDED)}
 
 
