@@ -7,7 +7,10 @@ Used by the tagger's features (``engine.text.tagger``) and by the parser's ``sha
 
 from __future__ import annotations
 
+from functools import lru_cache
 
+
+@lru_cache(maxsize=1 << 16)  # a pure function of the form, called for the same words by several components
 def word_shape(form: str) -> str:
     """Collapsed word shape: ``Xx`` for "Hello", ``d.d`` for "3.14", ``x-x`` for "well-known"."""
     out: list[str] = []
