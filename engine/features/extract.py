@@ -12,7 +12,7 @@ Cost: O(B n^2 K) integer operations, no Python loop over arcs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,6 +37,17 @@ class Tokens(Protocol):
     xpos: list[str]
 
 
+# the word attributes that are a function of the form alone: their strings, one definition for both the string
+# path (token_attribute) and the per-form codes (attribute_hashes)
+_WORD_STRINGS: dict[str, Callable[[str], str]] = {
+    "form": lambda f: f,
+    "lower": str.lower,
+    "pre5": lambda f: f.lower()[:5],
+    "suf3": lambda f: f.lower()[-3:],
+    "shape": word_shape,
+}
+
+
 def token_attribute(sent: Tokens, attr: str) -> list[str]:
     """Attribute strings for positions 0..n (position 0 is ROOT); ``<base>_prev`` / ``<base>_next`` is
     the base attribute of the word before / after (``<BOS>`` / ``<EOS>`` past the edges)."""
@@ -44,15 +55,8 @@ def token_attribute(sent: Tokens, attr: str) -> list[str]:
     if base in ("upos", "xpos"):
         vals = ["<ROOT>", *(sent.upos if base == "upos" else sent.xpos)]
     else:
-        forms = sent.forms
-        words = {
-            "form": lambda: forms,
-            "lower": lambda: [f.lower() for f in forms],
-            "pre5": lambda: [f.lower()[:5] for f in forms],
-            "suf3": lambda: [f.lower()[-3:] for f in forms],
-            "shape": lambda: [word_shape(f) for f in forms],
-        }[base]()
-        vals = ["<ROOT>", *words]
+        string = _WORD_STRINGS[base]
+        vals = ["<ROOT>", *(string(f) for f in sent.forms)]
     if not shift:
         return vals
     if shift == "prev":
@@ -60,7 +64,7 @@ def token_attribute(sent: Tokens, attr: str) -> list[str]:
     return [*vals[1:], "<EOS>"]
 
 
-_WORD_BASES = ("form", "lower", "pre5", "suf3", "shape")
+_WORD_BASES = tuple(_WORD_STRINGS)
 _FORM_CODES: dict[str, tuple[int, ...]] = {}  # each form's codes of the _WORD_BASES, up to _MAX_FORMS forms
 _MAX_FORMS = 1 << 18
 _ROOT, _BOS, _EOS = (hash_string(x) for x in ("<ROOT>", "<BOS>", "<EOS>"))
@@ -76,9 +80,7 @@ def _word_codes(forms: list[str]) -> np.ndarray:
     for f in forms:
         row = cache.get(f)
         if row is None:
-            low = f.lower()
-            row = cache[f] = (hash_string(f), hash_string(low), hash_string(low[:5]), hash_string(low[-3:]),
-                              hash_string(word_shape(f)))
+            row = cache[f] = tuple(hash_string(string(f)) for string in _WORD_STRINGS.values())
         rows.append(row)
     return np.array(rows, dtype=np.uint64).reshape(len(forms), len(_WORD_BASES))
 
