@@ -116,17 +116,16 @@ class Lemmatizer:
     def lemmatize(self, sentences: Sequence[Tagged]) -> list[list[str]]:
         """The lemma of every word, one list per sentence (the sentences' UPOS/XPOS must be filled)."""
         clf = self.classifier
-        probs, known, _ = clf.distribution(sentences, self._applicable)
+        known, _, rows, probs = clf.undecided(sentences, self._applicable)
         forms = [f for s in sentences for f in s.forms]
-        lemmas = [apply_script(f, clf.values[c]) for f, c in zip(forms, clf.classes[probs.argmax(axis=1)].tolist(),
-                                                                    strict=True)] if forms else []
-        for i, k in enumerate(known.tolist()):
-            if k >= 0:
-                lemmas[i] = apply_script(forms[i], clf.values[k])
+        lemmas = [apply_script(f, clf.values[k]) if k >= 0 else "" for f, k in zip(forms, known.tolist(), strict=True)]
         if self._bonus > 0 and len(self.lexicon):
             upos = [u for s in sentences for u in s.upos]
-            for i in np.flatnonzero(known < 0).tolist():
-                lemmas[i] = self._lexicon_choice(forms[i], upos[i], probs[i])
+            for i, p in zip(rows.tolist(), probs, strict=True):
+                lemmas[i] = self._lexicon_choice(forms[i], upos[i], p)
+        else:
+            for i, c in zip(rows.tolist(), clf.classes[probs.argmax(axis=1)].tolist(), strict=True):
+                lemmas[i] = apply_script(forms[i], clf.values[c])
         out, at = [], 0
         for s in sentences:
             out.append(lemmas[at:at + len(s.forms)])

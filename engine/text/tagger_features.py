@@ -64,6 +64,14 @@ def _lookup_table(table: tuple[np.ndarray, np.ndarray], keys: np.ndarray, defaul
     return np.where(known[at] == keys, values[at], np.uint64(default))
 
 
+def _member(keys: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """``np.isin(keys, known)`` for a sorted ``known``, without sorting ``known`` again on every call."""
+    if len(known) == 0:
+        return np.zeros(len(keys), dtype=bool)
+    at = np.minimum(np.searchsorted(known, keys), len(known) - 1)
+    return known[at] == keys
+
+
 def _value_codes(name: str, forms: list[str], lower: list[str], lexicon: Lexicon) -> np.ndarray:
     """Codes (U,) uint64 of lexical template ``name`` for each distinct form."""
     if name == "bias":
@@ -74,8 +82,8 @@ def _value_codes(name: str, forms: list[str], lower: list[str], lexicon: Lexicon
             return _lookup_table(lexicon[name], keys, _RARE)
         # word identities only for frequent words (those in the tag dictionaries): rare training words
         # then train the affix and shape features that unknown words depend on
-        known = lexicon["ldict" if name == "lower" else "udict"][0]
-        return np.where(np.isin(keys, known), keys, np.uint64(_UNK))
+        known = lexicon["ldict" if name == "lower" else "udict"][0]  # sorted (checked when a state loads)
+        return np.where(_member(keys, known), keys, np.uint64(_UNK))
     if name == "shape":
         return hash_strings([word_shape(f) for f in forms])
     if name == "flags":
@@ -139,10 +147,11 @@ def _form_values(forms: list[str], lexicon: Lexicon, cache: dict[str, tuple[int,
         cache.clear()
     rows = {f: cache.get(f) for f in forms}
     todo = [f for f, row in rows.items() if row is None]
-    fresh = {name: _value_codes(name, todo, [f.lower() for f in todo], lexicon) for name in _NEEDED}
-    computed = dict(zip(todo, zip(*(fresh[name].tolist() for name in _NEEDED), strict=True), strict=True))
-    cache.update(computed)
-    rows.update(computed)
+    if todo:
+        fresh = {name: _value_codes(name, todo, [f.lower() for f in todo], lexicon) for name in _NEEDED}
+        computed = dict(zip(todo, zip(*(fresh[name].tolist() for name in _NEEDED), strict=True), strict=True))
+        cache.update(computed)
+        rows.update(computed)
     table = np.array([rows[f] for f in forms], dtype=np.uint64).reshape(len(forms), len(_NEEDED))
     return {name: table[:, k] for k, name in enumerate(_NEEDED)}
 

@@ -166,29 +166,45 @@ class WordClassifier:
         dictionary's value (-1 where it has none) and share (``lookup``). ``applicable(forms)`` -> (N, K) bool
         restricts the classes further (e.g. edit scripts that fit)."""
         forms = [f for s in sentences for f in s.forms]
-        if not forms:
-            return np.zeros((0, len(self.classes))), np.zeros(0, dtype=np.int64), np.zeros(0)
         upos = [u for s in sentences for u in s.upos]
         xpos = [x for s in sentences for x in s.xpos]
-        scores = self.model.scores(feature_keys(sentences, self.templates))
+        known, share = self.lookup(forms, upos, xpos)
+        return self._probabilities(sentences, forms, upos, np.arange(len(forms)), applicable), known, share
+
+    def undecided(self, sentences: Sequence[Tagged], applicable: Callable[[list[str]], np.ndarray] | None = None,
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """What ``predict`` needs: the dictionary's value and share of every word (``lookup``), the positions
+        ``rows`` of the words it has no entry for, and the classifier's probabilities (len(rows), K) of those
+        words alone (the rows of ``distribution`` for them: the classifier is not run on dictionary words)."""
+        forms = [f for s in sentences for f in s.forms]
+        upos = [u for s in sentences for u in s.upos]
+        known, share = self.lookup(forms, upos, [x for s in sentences for x in s.xpos])
+        rows = np.flatnonzero(known < 0)
+        return known, share, rows, self._probabilities(sentences, forms, upos, rows, applicable)
+
+    def _probabilities(self, sentences: Sequence[Tagged], forms: list[str], upos: list[str], rows: np.ndarray,
+                       applicable: Callable[[list[str]], np.ndarray] | None) -> np.ndarray:
+        """Masked class probabilities (len(rows), K) of the words at ``rows`` (features read their neighbours)."""
+        if not len(rows):
+            return np.zeros((0, len(self.classes)))
+        scores = self.model.scores(feature_keys(sentences, self.templates)[rows])
         upos_id = {u: i for i, u in enumerate(self.upos_labels)}
-        ids = np.array([upos_id.get(u, -1) for u in upos], dtype=np.int64)
+        ids = np.array([upos_id.get(upos[i], -1) for i in rows.tolist()], dtype=np.int64)
         mask = np.where((ids >= 0)[:, None], self.allowed[np.maximum(ids, 0)], True)
         if applicable is not None:
-            mask &= applicable(forms)
+            mask &= applicable([forms[i] for i in rows.tolist()])
         mask[~mask.any(axis=1)] = True  # nothing allowed: fall back to the unrestricted distribution
-        known, share = self.lookup(forms, upos, xpos)
-        return softmax(np.where(mask, scores, -np.inf)), known, share
+        return softmax(np.where(mask, scores, -np.inf))
 
     def predict(self, sentences: Sequence[Tagged],
                 applicable: Callable[[list[str]], np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Value index (into ``values``) and its probability for every word (concatenated in order): the
-        dictionary's, else the classifier's most probable (``distribution``)."""
-        probs, known, share = self.distribution(sentences, applicable)
-        if not len(known):
-            return np.zeros(0, dtype=np.int64), np.zeros(0)
-        chosen = self.classes[probs.argmax(axis=1)]
-        return np.where(known >= 0, known, chosen), np.where(known >= 0, share, probs.max(axis=1))
+        dictionary's, else the classifier's most probable (``undecided``)."""
+        known, share, rows, probs = self.undecided(sentences, applicable)
+        chosen, prob = known.copy(), share.copy()
+        chosen[rows] = self.classes[probs.argmax(axis=1)]
+        prob[rows] = probs.max(axis=1)
+        return chosen, prob
 
     def lookup(self, forms: Sequence[str], upos: Sequence[str],
                xpos: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -4,6 +4,7 @@ unseen words by their affixes and tags, and surviving their state round trip."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -132,3 +133,31 @@ def test_lexicon_prefers_a_lemma_seen_with_the_upos() -> None:
     assert Lemmatizer.from_state({**meta, "version": 1}, old).lemmatize(test) == no_bonus.lemmatize(test)
     with pytest.raises(ValueError, match="lexicon"):
         Lemmatizer.from_state(meta, old)
+
+
+_SHIPPED = Path(__file__).resolve().parents[3] / "models" / "en_ewt-pipeline"
+
+
+@pytest.mark.skipif(not (_SHIPPED / "manifest.json").exists(), reason="the shipped model is not here")
+def test_classifier_skipped_for_dictionary_words_changes_nothing(ewt_dir: Path) -> None:
+    """``predict`` and ``lemmatize`` run the classifier on the words the dictionary lacks only: every lemma,
+    bundle and probability of 400 dev sentences is what the full ``distribution`` gives, dictionary first."""
+    from engine.data.conllu_io import read_conllu
+    from engine.pipeline import Pipeline
+
+    pipe = Pipeline.load(_SHIPPED)
+    lem, morph = pipe.lemmatizer, pipe.morph
+    assert lem is not None and morph is not None
+    dev = read_conllu(ewt_dir / "en_ewt-ud-dev.conllu")[:400]
+    forms = [f for s in dev for f in s.forms]
+    upos = [u for s in dev for u in s.upos]
+    probs, known, share = morph.classifier.distribution(dev)
+    assert 0 < (known < 0).sum() < len(known)  # both paths are exercised
+    chosen, prob = morph.classifier.predict(dev)
+    assert np.array_equal(chosen, np.where(known >= 0, known, morph.classifier.classes[probs.argmax(axis=1)]))
+    assert np.array_equal(prob, np.where(known >= 0, share, probs.max(axis=1)))
+    assert lem._bonus > 0 and len(lem.lexicon)  # the shipped lemmatizer re-ranks with its lexicon
+    probs, known, _ = lem.classifier.distribution(dev, lem._applicable)
+    expected = [apply_script(f, lem.classifier.values[k]) if k >= 0 else lem._lexicon_choice(f, u, p)
+                for f, u, k, p in zip(forms, upos, known.tolist(), probs, strict=True)]
+    assert [x for s in lem.lemmatize(dev) for x in s] == expected
