@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from engine.inference.settings import resolve
 from engine.kernels.exact import TreeConstraint, exact_marginals
 from engine.kernels.mbr import mbr_decode
 from engine.model.store import ModelError, StoredModel, half_precision, load_model, read_manifest, save_model
+from engine.model.widen import Widened, kernel_array, loaded
 from engine.parser import FirstOrderParser, load_common, model_manifest
 from engine.results import UNLABELLED, ParsedSentence, TreeDistribution
 from engine.scoring.fused import ArcScorer, narrowest_exact, stored_table
@@ -48,11 +49,17 @@ class BPParser:
     higher-order ones (a separate hashed block, so the two never collide)."""
 
     extractor: FeatureExtractor
-    weights: np.ndarray
+    if TYPE_CHECKING:
+        weights: np.ndarray  # float64
+    else:  # a loaded model's as stored until something reads it (engine.model.widen)
+        weights: Widened = Widened()
     constraint: TreeConstraint
     labeler: Any  # see engine.decode.labeler.label_arcs
     templates: dict[str, tuple[TripleTemplate, ...]]
-    pruner: np.ndarray | None = None  # first-order weights for pruning (None: keep every arc)
+    if TYPE_CHECKING:
+        pruner: np.ndarray | None = None  # first-order weights for pruning (None: keep every arc)
+    else:
+        pruner: Widened = Widened(None)
     prune: PruneConfig = field(default_factory=PruneConfig)
     manifest: dict[str, Any] = field(default_factory=dict)
     decode_constraint: str | None = None  # None: TREE/PTREE as the model was trained
@@ -64,18 +71,24 @@ class BPParser:
         (read-only) weights give their higher-order block alone in the narrowest type that holds it exactly
         (float16 for a model stored so, else float32: 8-17 MB for the shipped models instead of 34, so that
         the lookups stay in cache; the sums are float64 and the same); other weights are read as they are."""
-        if self.weights.flags.writeable:
-            return self.weights, self.extractor.dim
-        if self._factor_block is None or self._factor_block[0] is not self.weights:
-            narrow = narrowest_exact(self.weights[self.extractor.dim:])
+        weights = kernel_array(self, "weights")
+        if weights.flags.writeable:
+            return weights, self.extractor.dim
+        if self._factor_block is None or self._factor_block[0] is not weights:
+            narrow = narrowest_exact(weights[self.extractor.dim:])
             narrow.flags.writeable = False
-            self._factor_block = (self.weights, narrow)
+            self._factor_block = (weights, narrow)
         return self._factor_block[1], 0
+
+    def _vectors(self) -> list[np.ndarray]:
+        """The first-order weight vectors the arc scorer reads (a loaded model's as stored): weights, pruner."""
+        pruner = kernel_array(self, "pruner")
+        return [kernel_array(self, "weights")] + ([pruner] if pruner is not None else [])
 
     def link_and_prune_scores(self, sentences: Sequence[Any]) -> list[np.ndarray]:
         """Arc potentials (B, n+1, n+1) of a batch of one length under the weights and, if there is one,
         the pruner, straight from the tokens (``engine.scoring.fused``: no feature array)."""
-        vectors = [self.weights] + ([self.pruner] if self.pruner is not None else [])
+        vectors = self._vectors()
         if self._scorer is None or not self._scorer.serves(vectors):
             self._scorer = ArcScorer(self.extractor, vectors)
         return self._scorer(sentences) if sentences else []
@@ -156,7 +169,7 @@ class BPParser:
             else:
                 scores = self.link_and_prune_scores(chosen)
             link = scores[0]
-            pruned = self._pruned(chosen, scores[1] if self.pruner is not None else None, link.shape[-1], gold)
+            pruned = self._pruned(chosen, scores[1] if len(scores) > 1 else None, link.shape[-1], gold)
             mix = None if mixtures is None else [mixtures[i] for i in idx]
             if mix is not None:
                 link = self.mixed_link_scores(chosen, mix, link, [valid for _, valid in pruned])
@@ -308,17 +321,16 @@ class BPParser:
             prune = PruneConfig(**man.get("pruning", {}))
         except (KeyError, TypeError, ValueError) as e:
             raise ModelError(f"{directory}: manifest is incomplete or inconsistent ({e})") from e
-        weights = stored.arrays["weights"].astype(np.float64)
-        pruner = stored.arrays["pruner"].astype(np.float64) if "pruner" in stored.arrays else None
-        for arr in (weights, pruner):
-            if arr is not None and (arr.ndim != 1 or len(arr) < extractor.dim):
+        kept = {k: stored.arrays[k] for k in ("weights", "pruner") if k in stored.arrays}
+        for arr in kept.values():
+            if arr.ndim != 1 or len(arr) < extractor.dim:
                 raise ModelError(f"{directory}: weight arrays do not match the feature dimension {extractor.dim}")
-            if arr is not None:
-                arr.flags.writeable = False  # a loaded model's weights: the scorer lays them out once
-        parser = cls(extractor, weights, constraint, labeler, second, pruner, prune, man)
-        table = stored_table([stored.arrays[k] for k in ("weights", "pruner") if k in stored.arrays], extractor.dim)
+        # read-only as stored: the scorer lays them out once; widened to float64 only if something reads them
+        pruner = loaded(kept["pruner"]) if "pruner" in kept else None
+        parser = cls(extractor, loaded(kept["weights"]), constraint, labeler, second, pruner, prune, man)
+        table = stored_table(parser._vectors(), extractor.dim)
         if table is not None:  # the kernel's table straight from the stored arrays
-            parser._scorer = ArcScorer(extractor, [w for w in (weights, pruner) if w is not None], table)
+            parser._scorer = ArcScorer(extractor, parser._vectors(), table)
         return parser
 
 

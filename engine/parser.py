@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from engine.features.templates import ArcTemplate
 from engine.kernels.exact import TreeConstraint, exact_marginals
 from engine.kernels.mbr import mbr_decode
 from engine.model.store import ModelError, StoredModel, half_precision, load_model, save_model
+from engine.model.widen import Widened, kernel_array, loaded
 from engine.results import UNLABELLED, ParsedSentence, TreeDistribution
 from engine.scoring.fused import ArcScorer, stored_table
 from engine.scoring.hidden import marginalise_clusters
@@ -46,7 +47,10 @@ def model_manifest(base: dict[str, Any], extra: dict[str, Any] | None, order: in
 @dataclass
 class FirstOrderParser:
     extractor: FeatureExtractor
-    weights: np.ndarray
+    if TYPE_CHECKING:
+        weights: np.ndarray  # float64
+    else:  # a loaded model's as stored until something reads it (engine.model.widen)
+        weights: Widened = Widened()
     constraint: TreeConstraint
     labeler: Any  # CountLabeler, or a pipeline's LogLinearLabeler (see engine.decode.labeler.label_arcs)
     manifest: dict[str, Any]
@@ -56,15 +60,17 @@ class FirstOrderParser:
     @property
     def clusters(self) -> int | None:
         """K for a model with latent edge clusters (weights (K, dim), ``engine.scoring.hidden``), else None."""
-        return int(self.weights.shape[0]) if self.weights.ndim == 2 else None
+        weights = kernel_array(self, "weights")
+        return int(weights.shape[0]) if weights.ndim == 2 else None
 
     def _vectors(self) -> list[np.ndarray]:
-        """The weight vectors the scorer reads: the weights, or one row per cluster (kept, so that a scorer
-        built for a read-only model's rows keeps serving them)."""
-        if self.weights.ndim == 1:
-            return [self.weights]
-        if self._rows is None or self._rows[0] is not self.weights:
-            self._rows = (self.weights, list(self.weights))
+        """The weight vectors the scorer reads (a loaded model's as stored): the weights, or one row per
+        cluster (kept, so that a scorer built for a read-only model's rows keeps serving them)."""
+        weights = kernel_array(self, "weights")
+        if weights.ndim == 1:
+            return [weights]
+        if self._rows is None or self._rows[0] is not weights:
+            self._rows = (weights, list(weights))
         return self._rows[1]
 
     def _scores(self, sentences: Sequence[Tokens]) -> np.ndarray:
@@ -73,7 +79,7 @@ class FirstOrderParser:
         if self._scorer is None or not self._scorer.serves(vectors):
             self._scorer = ArcScorer(self.extractor, vectors)
         per = self._scorer(sentences)
-        return per[0] if self.weights.ndim == 1 else marginalise_clusters(per)[0]
+        return per[0] if self.clusters is None else marginalise_clusters(per)[0]
 
     def batches(self, sentences: Sequence[Tokens], batch_size: int = 64,
                 mixtures: Sequence[TagMixture | None] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -130,14 +136,13 @@ class FirstOrderParser:
     def from_stored(cls, directory: str | os.PathLike[str], stored: StoredModel) -> FirstOrderParser:
         extractor, constraint, labeler = load_common(directory, stored.manifest)
         clusters = hidden_clusters(directory, stored.manifest)
-        weights = stored.arrays["weights"].astype(np.float64)
-        shape = (extractor.dim,) if clusters is None else (clusters, extractor.dim)
-        if weights.shape != shape:
-            raise ModelError(f"{directory}: weights have shape {weights.shape}, features need {shape}")
-        weights.flags.writeable = False  # a loaded model's weights: the scorer lays them out once
-        parser = cls(extractor, weights, constraint, labeler, stored.manifest)
         raw = stored.arrays["weights"]
-        table = stored_table([raw] if clusters is None else list(raw), extractor.dim)
+        shape = (extractor.dim,) if clusters is None else (clusters, extractor.dim)
+        if raw.shape != shape:
+            raise ModelError(f"{directory}: weights have shape {raw.shape}, features need {shape}")
+        # read-only as stored: the scorer lays them out once; widened to float64 only if something reads them
+        parser = cls(extractor, loaded(raw), constraint, labeler, stored.manifest)
+        table = stored_table(parser._vectors(), extractor.dim)
         if table is not None:
             parser._scorer = ArcScorer(extractor, parser._vectors(), table)
         return parser
