@@ -379,9 +379,9 @@ class LogLinearLabeler:
             if weights.dtype not in (np.float16, np.float32, np.float64) or weights.shape != shape:
                 raise ValueError(f"weights {weights.dtype} {weights.shape} do not match "
                                  f"{meta['buckets']} buckets x {len(labels)} labels")
-            if not np.isfinite(weights).all():
+            weights = weights.astype(np.float32) if weights.dtype == np.float16 else weights  # (exact)
+            if not np.isfinite(weights).all():  # (after widening: several times faster on float32)
                 raise ValueError("weights are not all finite")
-            weights = weights.astype(np.float32) if weights.dtype == np.float16 else weights
             context = None
             if meta.get("context") is not None:
                 first = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("context.")}

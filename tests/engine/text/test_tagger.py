@@ -208,6 +208,11 @@ def test_state_round_trip(ewt_tagger) -> None:
         assert (a.upos, a.xpos) == (b.upos, b.xpos)
         np.testing.assert_array_equal(a.upos_marginals, b.upos_marginals)
         np.testing.assert_array_equal(a.xpos_marginals, b.xpos_marginals)
+    for name in ("upos_emission", "xpos_emission"):  # as a pipeline stores them (float16), with one inf
+        half = arrays_[name].astype(np.float16)
+        half[5, 1] = np.inf
+        with pytest.raises(ValueError, match="not finite"):
+            Tagger.from_state(meta, dict(arrays_, **{name: half}))
     bad = dict(arrays_, transition=arrays_["transition"][:-1])
     with pytest.raises(ValueError, match="shapes"):
         Tagger.from_state(meta, bad)
