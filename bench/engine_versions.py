@@ -7,7 +7,8 @@ checkouts of the engine, interleaved, on the same file and core.
 
 Each run is a fresh process started in the checkout's directory (so ``models/...`` are its own models) with
 that checkout first on ``PYTHONPATH``, pinned to one core when ``taskset`` exists, with one BLAS/numba
-thread. Runs are interleaved (A, B, A, B, ...) so that changes in the machine's load hit every version
+thread, after each checkout's ``engine`` and ``service`` are byte-compiled as an install would have them
+(``_timing.byte_compile``). Runs are interleaved (A, B, A, B, ...) so that changes in the machine's load hit every version
 alike. For each version: the median wall-clock seconds of the whole command, the median CPU seconds
 (user + system of the child: what the command cost, less sensitive to other jobs on a shared machine),
 words/s of both (words read from ``--words-from``, default the ``--data`` argument), and the ratio of
@@ -26,6 +27,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _timing import byte_compile  # (bench/ is on sys.path when this script runs)
 
 
 def count_words(path: Path) -> int:
@@ -70,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     command = [str(Path(c).resolve()) if Path(c).is_file() and not c.startswith("models/") else c
                for c in command]
     engines = [Path(e).resolve() for e in ns.engine]
+    for e in engines:  # as installed: no command compiles the engine from source (_timing.byte_compile)
+        byte_compile(e)
     times: dict[Path, list[tuple[float, float]]] = {e: [] for e in engines}
     for _ in range(ns.repeat):
         for e in engines:

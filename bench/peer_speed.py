@@ -27,7 +27,8 @@ the whole command and words per wall-clock second (spaCy's: the median of all it
 ratio to spaCy, the median over the runs of (mean seconds of the two spaCy runs around it) / (its seconds),
 i.e. its words/s over spaCy's at nearly the same moment; and the median CPU seconds (user + system) of the
 command with the ratio of spaCy's median CPU seconds to it (CPU time is less disturbed by the other
-processes on the core). ``--json`` also gives words per CPU second. Before the timed rounds every
+processes on the core). ``--json`` also gives words per CPU second. Before the timed rounds the engine is
+byte-compiled, as pip compiled spaCy's packages when it installed them (``_timing.byte_compile``), and every
 command runs once untimed on the first few sentences, to warm the page cache. The last output of every
 system is scored against the gold file (UPOS, UAS, LAS of the CoNLL 2018 evaluation), a check that each
 system parsed every word. Prints a table, with ``--markdown`` a Markdown table, or with ``--json`` one
@@ -52,6 +53,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _baseline as bl  # noqa: E402
+from _timing import byte_compile  # noqa: E402
 from baseline_spacy import PACKAGE, VERSION  # noqa: E402
 
 ROOT = bl.ROOT
@@ -248,6 +250,7 @@ def time_all(systems: list[System], spacy: System, folder: Path, args: argparse.
     ``seconds``, ``cpu_seconds`` and, for ours, ``reference`` (the mean of the spaCy runs just before and
     just after each run)."""
     full, small = folder / "input.conllu", folder / "warmup.conllu"
+    byte_compile(ROOT)  # as installed (spaCy's packages were byte-compiled by pip): see _timing.byte_compile
     if not args.no_warmup:
         for system in [spacy, *systems]:
             run_once(system, small, folder / f"warmup-{system.name}.conllu", args.core)
