@@ -8,8 +8,8 @@ checkouts of the engine, interleaved, on the same file and core.
 Each run is a fresh process started in the checkout's directory (so ``models/...`` are its own models) with
 that checkout first on ``PYTHONPATH``, pinned to one core when ``taskset`` exists, with one BLAS/numba
 thread, after each checkout's ``engine`` and ``service`` are byte-compiled as an install would have them
-(``_timing.byte_compile``). Runs are interleaved (A, B, A, B, ...) so that changes in the machine's load hit every version
-alike. For each version: the median wall-clock seconds of the whole command, the median CPU seconds
+(``_timing.byte_compile``). Runs are interleaved (A, B, A, B, ...) so that changes in the machine's load hit
+every version alike. For each version: the median wall-clock seconds of the whole command, the median CPU seconds
 (user + system of the child: what the command cost, less sensitive to other jobs on a shared machine),
 words/s of both (words read from ``--words-from``, default the ``--data`` argument), and the ratio of
 each to the first version. Prints a Markdown table, or one JSON line with ``--json``.
