@@ -17,6 +17,7 @@ from service_helpers import MODELS, TAGS, WORDS, WORDS2, ServerProcess, settings
 
 import service.parse_processes as parse_processes
 import service.settings as service_settings
+from engine.model.widen import is_widened
 from service import parsing
 from service.parse_batch import ParseWork, run_batch
 from service.parse_processes import ParseProcesses
@@ -73,6 +74,15 @@ def test_a_batch_parsed_in_a_child_equals_the_server_threads_answer(pool: ParseP
     assert pool.alive == 2
     for _ in range(3):  # both children, more than once
         same(pool.run(batch), expected)
+
+
+def test_the_loaded_weights_stay_as_stored_through_loading_and_parsing(registry: ModelRegistry,
+                                                                      tmp_path: Path) -> None:
+    """What the forked children share with the server is the models as stored: neither loading nor a batch of
+    /parse widens the parser's weights or pruner to float64 (``engine.model.widen``: 170 MB per process)."""
+    parser = registry.get(None).pipeline.parser
+    run_batch(works(registry, tmp_path))
+    assert not is_widened(parser, "weights") and not is_widened(parser, "pruner")
 
 
 def test_the_sentence_counts_reach_the_servers_metrics(pool: ParseProcesses, registry: ModelRegistry,
