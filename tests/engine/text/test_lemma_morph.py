@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.pipeline import component_class
+from engine.data.conllu_io import read_conllu
+from engine.pipeline import Pipeline, component_class
 from engine.text.lemmatizer import Lemmatizer, apply_script, edit_script
 from engine.text.morph import MorphTagger
 
@@ -142,9 +143,6 @@ _SHIPPED = Path(__file__).resolve().parents[3] / "models" / "en_ewt-pipeline"
 def test_classifier_skipped_for_dictionary_words_changes_nothing(ewt_dir: Path) -> None:
     """``predict`` and ``lemmatize`` run the classifier on the words the dictionary lacks only: every lemma,
     bundle and probability of 400 dev sentences is what the full ``distribution`` gives, dictionary first."""
-    from engine.data.conllu_io import read_conllu
-    from engine.pipeline import Pipeline
-
     pipe = Pipeline.load(_SHIPPED)
     lem, morph = pipe.lemmatizer, pipe.morph
     assert lem is not None and morph is not None
