@@ -12,6 +12,7 @@ the tokenizer's and tagger's features (``engine.text``), the parser's (``engine.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 from numba import njit  # type: ignore[import-untyped]
@@ -48,6 +49,22 @@ def hash_strings(texts: list[str]) -> np.ndarray:
         return np.array([codes[t] for t in texts], dtype=np.uint64).reshape(len(texts))
     except KeyError:
         return np.array([hash_string(t) for t in texts], dtype=np.uint64).reshape(len(texts))
+
+
+def cached_codes(cache: dict[str, tuple[int, ...]], keys: Sequence[str],
+                 compute: Callable[[list[str]], Iterable[tuple[int, ...]]], limit: int) -> np.ndarray:
+    """(len(keys), width) uint64: each key's codes (a pure function of the key) through ``cache``, the missing
+    keys' computed by one call of ``compute`` (in their order, each once); a cache that would grow beyond
+    ``limit`` keys starts afresh. Each entry is read once, so another thread clearing the cache meanwhile (the
+    service's parse threads share one) changes no result."""
+    if len(cache) + len(keys) > limit:
+        cache.clear()
+    found = [cache.get(k) for k in keys]
+    todo = list(dict.fromkeys(k for k, row in zip(keys, found, strict=True) if row is None))
+    fresh = dict(zip(todo, compute(todo), strict=True)) if todo else {}
+    cache.update(fresh)
+    rows = [fresh[k] if row is None else row for k, row in zip(keys, found, strict=True)]
+    return np.array(rows, dtype=np.uint64).reshape(len(keys), len(rows[0]) if rows else 0)
 
 
 def mix(x: np.ndarray | np.uint64, y: np.ndarray | np.uint64) -> np.ndarray:

@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from engine.features.templates import ArcTemplate
-from engine.hashing import hash_string, hash_strings, mix
+from engine.hashing import cached_codes, hash_string, hash_strings, mix
 from engine.text.shapes import word_shape
 
 UPOS_TAGS = (
@@ -73,16 +73,9 @@ _ROOT, _BOS, _EOS = (hash_string(x) for x in ("<ROOT>", "<BOS>", "<EOS>"))
 def _word_codes(forms: list[str]) -> np.ndarray:
     """(n, len(_WORD_BASES)) uint64: the hash codes of each form's attribute strings, computed once per form
     (they depend on the form alone) and kept while fewer than ``_MAX_FORMS`` forms have been seen."""
-    cache = _FORM_CODES
-    if len(cache) + len(forms) > _MAX_FORMS:
-        cache.clear()
-    rows = []
-    for f in forms:
-        row = cache.get(f)
-        if row is None:
-            row = cache[f] = tuple(hash_string(string(f)) for string in _WORD_STRINGS.values())
-        rows.append(row)
-    return np.array(rows, dtype=np.uint64).reshape(len(forms), len(_WORD_BASES))
+    return cached_codes(_FORM_CODES, forms, lambda todo: (tuple(hash_string(string(f)) for string in
+                                                                _WORD_STRINGS.values()) for f in todo), _MAX_FORMS
+                        ).reshape(len(forms), len(_WORD_BASES))
 
 
 def attribute_hashes(sent: Tokens, attrs: Sequence[str]) -> np.ndarray:

@@ -50,7 +50,7 @@ def _small_matmul(x: np.ndarray, m: np.ndarray) -> np.ndarray:
     return np.concatenate([x[i : i + rows] @ m for i in range(0, len(x), rows)])
 
 
-def _scaled(inner: np.ndarray) -> tuple[float, np.ndarray]:
+def scaled_transitions(inner: np.ndarray) -> tuple[float, np.ndarray]:
     """``(max A, exp(A - max A))`` of the inner transition scores (a matrix product then stays in range)."""
     a_max = float(_row_max(inner.reshape(1, -1))[0, 0])
     return a_max, np.exp(inner - a_max)
@@ -64,7 +64,7 @@ def chain_forward(emissions: np.ndarray, transitions: np.ndarray) -> np.ndarray:
     ``log(exp(alpha - max) @ exp(A - max A)) + maxes``: exact in log space (``-inf`` scores stay hard
     zeros) and a matrix product over the tags instead of a (B, T, T) logsumexp."""
     b, n, t = emissions.shape
-    a_max, exp_a = _scaled(transitions[:t, :t])
+    a_max, exp_a = scaled_transitions(transitions[:t, :t])
     alpha = np.empty((b, n, t))
     alpha[:, 0] = transitions[t, :t] + emissions[:, 0]
     with np.errstate(divide="ignore"):
@@ -137,7 +137,7 @@ def chain_forward_backward(
         full = np.zeros((b, 0, t, t)) if pairwise == "full" else None
         return ChainMarginals(np.zeros(b), np.zeros((b, 0, t)), counts, full)
     end = transitions[:t, t]
-    a_max, exp_a = _scaled(transitions[:t, :t])
+    a_max, exp_a = scaled_transitions(transitions[:t, :t])
     exp_a_t = np.ascontiguousarray(exp_a.T)
     alpha = chain_forward(emissions, transitions)
     beta = np.empty((b, n, t))

@@ -28,15 +28,13 @@ import math
 import numpy as np
 from numba import njit  # type: ignore[import-untyped]
 
+from engine.text.crf import scaled_transitions
+
 
 def _scaled(transitions: np.ndarray) -> tuple[float, np.ndarray]:
-    """``(max A, exp(A - max A))`` of the inner (S, S) transitions, as ``engine.text.crf._scaled``."""
+    """``(max A, exp(A - max A))`` of the inner (S, S) transitions (``engine.text.crf.scaled_transitions``)."""
     s = transitions.shape[0] - 1
-    inner = transitions[:s, :s]
-    a_max = float(inner.max()) if inner.size else 0.0
-    if not math.isfinite(a_max):
-        a_max = 0.0
-    return a_max, np.ascontiguousarray(np.exp(inner - a_max))
+    return scaled_transitions(transitions[:s, :s])
 
 
 @njit(cache=True, nogil=True)

@@ -12,13 +12,13 @@ in a tagger's state so that a model is never used with different ones.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import cache
 from typing import Any, Protocol
 
 import numpy as np
 
-from engine.hashing import hash_string, hash_strings, mix
+from engine.hashing import cached_codes, hash_string, hash_strings, mix
 from engine.text.shapes import word_shape
 
 _BOS, _EOS = "\x02BOS", "\x03EOS"  # padding "words" (control characters cannot occur in a treebank form)
@@ -55,21 +55,27 @@ def _seed(name: str) -> np.uint64:
     return np.uint64(hash_string(f"tagger|{name}"))
 
 
+def _find(known: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of ``keys`` would sit in the sorted ``known`` (clipped to a valid index) and whether it is
+    there: ``np.isin(keys, known)`` without sorting ``known`` again on every call."""
+    if len(known) == 0:
+        return np.zeros(len(keys), dtype=np.int64), np.zeros(len(keys), dtype=bool)
+    at = np.minimum(np.searchsorted(known, keys), len(known) - 1)
+    return at, known[at] == keys
+
+
 def _lookup_table(table: tuple[np.ndarray, np.ndarray], keys: np.ndarray, default: int) -> np.ndarray:
     """Values of ``keys`` (uint64 codes) in a lexicon table, ``default`` where absent."""
     known, values = table
     if len(known) == 0:
         return np.full(len(keys), default, dtype=np.uint64)
-    at = np.minimum(np.searchsorted(known, keys), len(known) - 1)
-    return np.where(known[at] == keys, values[at], np.uint64(default))
+    at, hit = _find(known, keys)
+    return np.where(hit, values[at], np.uint64(default))
 
 
 def _member(keys: np.ndarray, known: np.ndarray) -> np.ndarray:
-    """``np.isin(keys, known)`` for a sorted ``known``, without sorting ``known`` again on every call."""
-    if len(known) == 0:
-        return np.zeros(len(keys), dtype=bool)
-    at = np.minimum(np.searchsorted(known, keys), len(known) - 1)
-    return known[at] == keys
+    """``np.isin(keys, known)`` for a sorted ``known``."""
+    return _find(known, keys)[1]
 
 
 def _value_codes(name: str, forms: list[str], lower: list[str], lexicon: Lexicon) -> np.ndarray:
@@ -139,20 +145,14 @@ _CACHED_FORMS = 1 << 18  # a cache holding more forms starts afresh
 
 def _form_values(forms: list[str], lexicon: Lexicon, cache: dict[str, tuple[int, ...]] | None
                  ) -> dict[str, np.ndarray]:
-    """Each lexical template's codes (U,) uint64 for the distinct ``forms``, through ``cache`` where given (read
-    once per form: another thread may clear it meanwhile, as the service's parse threads share a tagger)."""
+    """Each lexical template's codes (U,) uint64 for the distinct ``forms``, through ``cache`` where given."""
+    def compute(todo: list[str]) -> Iterable[tuple[int, ...]]:
+        fresh = [_value_codes(name, todo, [f.lower() for f in todo], lexicon).tolist() for name in _NEEDED]
+        return zip(*fresh, strict=True)
+
     if cache is None:
         return {name: _value_codes(name, forms, [f.lower() for f in forms], lexicon) for name in _NEEDED}
-    if len(cache) + len(forms) > _CACHED_FORMS:
-        cache.clear()
-    rows = {f: cache.get(f) for f in forms}
-    todo = [f for f, row in rows.items() if row is None]
-    if todo:
-        fresh = {name: _value_codes(name, todo, [f.lower() for f in todo], lexicon) for name in _NEEDED}
-        computed = dict(zip(todo, zip(*(fresh[name].tolist() for name in _NEEDED), strict=True), strict=True))
-        cache.update(computed)
-        rows.update(computed)
-    table = np.array([rows[f] for f in forms], dtype=np.uint64).reshape(len(forms), len(_NEEDED))
+    table = cached_codes(cache, forms, compute, _CACHED_FORMS).reshape(len(forms), len(_NEEDED))
     return {name: table[:, k] for k, name in enumerate(_NEEDED)}
 
 
