@@ -328,9 +328,10 @@ class BPParser:
         # read-only as stored: the scorer lays them out once; widened to float64 only if something reads them
         pruner = loaded(kept["pruner"]) if "pruner" in kept else None
         parser = cls(extractor, loaded(kept["weights"]), constraint, labeler, second, pruner, prune, man)
-        table = stored_table(parser._vectors(), extractor.dim)
+        vectors = parser._vectors()
+        table = stored_table(vectors, extractor.dim)
         if table is not None:  # the kernel's table straight from the stored arrays
-            parser._scorer = ArcScorer(extractor, parser._vectors(), table)
+            parser._scorer = ArcScorer(extractor, vectors, table)
         return parser
 
 

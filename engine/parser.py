@@ -142,9 +142,10 @@ class FirstOrderParser:
             raise ModelError(f"{directory}: weights have shape {raw.shape}, features need {shape}")
         # read-only as stored: the scorer lays them out once; widened to float64 only if something reads them
         parser = cls(extractor, loaded(raw), constraint, labeler, stored.manifest)
-        table = stored_table(parser._vectors(), extractor.dim)
+        vectors = parser._vectors()
+        table = stored_table(vectors, extractor.dim)
         if table is not None:
-            parser._scorer = ArcScorer(extractor, parser._vectors(), table)
+            parser._scorer = ArcScorer(extractor, vectors, table)
         return parser
 
 
