@@ -81,25 +81,36 @@ def _word_codes(forms: list[str]) -> np.ndarray:
 def attribute_hashes(sent: Tokens, attrs: Sequence[str]) -> np.ndarray:
     """(n+1, A) uint64: ``hash_strings(token_attribute(sent, a))`` for each attribute ``a``, the same codes
     without building the strings of a form again once it has been seen."""
-    n = len(sent.forms)
-    out = np.empty((n + 1, len(attrs)), dtype=np.uint64)
+    return attribute_hashes_many([sent], attrs)[0]
+
+
+def attribute_hashes_many(sentences: Sequence[Tokens], attrs: Sequence[str]) -> np.ndarray:
+    """(B, n+1, A) uint64: ``attribute_hashes`` of each of a batch of sentences of one length ``n``, with one
+    lookup of the batch's forms and one of each tag attribute (not one per sentence)."""
+    b, n = len(sentences), len(sentences[0].forms) if sentences else 0
+    if any(len(s.forms) != n for s in sentences):
+        raise ValueError("attribute_hashes_many takes sentences of one length")
+    out = np.empty((b, n + 1, len(attrs)), dtype=np.uint64)
     words: np.ndarray | None = None
+    tags: dict[str, np.ndarray] = {}
     for j, attr in enumerate(attrs):
         base, _, shift = attr.partition("_")
+        col = np.empty((b, n + 1), dtype=np.uint64)
+        col[:, 0] = _ROOT
         if base in ("upos", "xpos"):
-            col = hash_strings(["<ROOT>", *(sent.upos if base == "upos" else sent.xpos)])
+            if base not in tags:
+                tags[base] = hash_strings([t for s in sentences for t in (s.upos if base == "upos" else s.xpos)])
+            col[:, 1:] = tags[base].reshape(b, n)
         else:
             if words is None:
-                words = _word_codes(sent.forms)
-            col = np.empty(n + 1, dtype=np.uint64)
-            col[0] = _ROOT
-            col[1:] = words[:, _WORD_BASES.index(base)]
+                words = _word_codes([f for s in sentences for f in s.forms]).reshape(b, n, len(_WORD_BASES))
+            col[:, 1:] = words[:, :, _WORD_BASES.index(base)]
         if shift == "prev":
-            out[0, j], out[1:, j] = _BOS, col[:-1]
+            out[:, 0, j], out[:, 1:, j] = _BOS, col[:, :-1]
         elif shift == "next":
-            out[:-1, j], out[-1, j] = col[1:], _EOS
+            out[:, :-1, j], out[:, -1, j] = col[:, 1:], _EOS
         elif not shift:
-            out[:, j] = col
+            out[:, :, j] = col
         else:
             raise KeyError(attr)
     return out

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.features.extract import Tokens
+from engine.features.extract import Tokens, attribute_hashes_many
 from engine.features.second_order import (
     TripleTemplate,
     attribute_codes,
@@ -92,7 +92,7 @@ def _factor_scores(tokens: Tokens, templates: Sequence[TripleTemplate], triples:
     attrs = template_attributes(templates)
     if tuple(attrs) not in codes:
         mine = attribute_codes(tokens, attrs)
-        theirs = np.stack([attribute_codes(c, attrs) for c in mixture.copies])
+        theirs = attribute_hashes_many(mixture.copies, attrs)
         codes[tuple(attrs)] = mine, theirs.reshape(-1, len(attrs)), (theirs != mine).any(axis=2)
     mine, stacked, changed = codes[tuple(attrs)]
     tables = triple_tables(tokens, templates, triples, direction, mine)

@@ -51,14 +51,17 @@ class AdaGrad:
         """AdaGrad for ``weights``, its sums stored in the weights' dtype."""
         return cls(weights.shape, learning_rate, dtype=weights.dtype, **settings)
 
-    def step(self, w: np.ndarray, grad: np.ndarray, l2: float | None = None) -> None:
+    def step(self, w: np.ndarray, grad: np.ndarray, l2: float | None = None, *, clear: bool = False) -> None:
         """Update all of ``w`` in place from the loss gradient ``grad`` (modified: ``l2 * w`` is added first
-        when ``l2``, the batch's share of the L2 penalty, is given)."""
+        when ``l2``, the batch's share of the L2 penalty, is given; with ``clear`` it is left all zeros instead,
+        ready for the next batch's scatter-add: ``engine.scoring.potentials.scatter_gradient``'s ``out``)."""
         if _fusable(w, grad, self.g2):  # one pass, no temporaries: the same operations per weight, bit for bit
             _dense_step(w.reshape(-1), grad.reshape(-1), self.g2.reshape(-1), self.learning_rate, self.delta,
-                        0.0 if l2 is None else float(l2), l2 is not None)
+                        0.0 if l2 is None else float(l2), l2 is not None, clear)
             return
         self.numpy_step(w, grad, l2)
+        if clear:
+            grad[...] = 0.0
 
     def numpy_step(self, w: np.ndarray, grad: np.ndarray, l2: float | None = None) -> None:
         """``step`` in numpy arrays: for any dtype and layout, and the reference of the compiled pass."""
@@ -98,16 +101,20 @@ def _fusable(*arrays: np.ndarray) -> bool:
 
 @njit(cache=True, nogil=True)
 def _dense_step(w: np.ndarray, grad: np.ndarray, g2: np.ndarray, learning_rate: float, delta: float, l2: float,
-                with_l2: bool) -> None:  # pragma: no cover - compiled
+                with_l2: bool, clear: bool) -> None:  # pragma: no cover - compiled
     """``step`` in one pass over the weights: numpy's ``grad += l2 * w; g2 += grad * grad; w -= lr * grad /
     (sqrt(g2) + delta)`` makes about ten passes over arrays of 2^22 doubles and allocates a temporary for each,
     which is memory traffic (and page faults) that two trainings on two cores contend for. Each weight sees the
     same IEEE operations in the same order (no fused multiply-add: numba does not contract without fastmath), so
-    the result is numpy's bit for bit (``tests/engine/optim/test_optim.py``)."""
+    the result is numpy's bit for bit (``tests/engine/optim/test_optim.py``). ``clear`` zeros ``grad`` on the way
+    (for a trainer that keeps one gradient buffer) instead of leaving ``l2 * w`` added to it."""
     for i in range(w.size):
         g = grad[i]
         if with_l2:
             g = g + l2 * w[i]
+        if clear:
+            grad[i] = 0.0
+        elif with_l2:
             grad[i] = g
         s = g2[i] + g * g
         g2[i] = s

@@ -28,9 +28,8 @@ from engine.features.extract import (
     UPOS_TAGS,
     FeatureExtractor,
     Tokens,
-    attribute_hashes,
+    attribute_hashes_many,
     direction_distance,
-    token_attribute,
 )
 from engine.hashing import hash_string, hash_strings, mix_pair
 
@@ -285,15 +284,14 @@ class ArcScorer:
         codes = np.empty((b, n1, len(self.attrs)), dtype=np.uint64)
         tagged = [j for j, a in enumerate(self.attrs) if a.split("_")[0] in ("upos", "xpos")]
         worded = [j for j in range(len(self.attrs)) if j not in tagged]
-        seen: dict[int, np.ndarray] = {}
-        for i, s in enumerate(sentences):
-            words = seen.get(id(s.forms))
-            if words is None:
-                words = seen[id(s.forms)] = attribute_hashes(s, [self.attrs[j] for j in worded])
-            codes[i][:, worded] = words
-        for j in tagged:
-            codes[:, :, j] = hash_strings([x for s in sentences for x in token_attribute(s, self.attrs[j])]).reshape(
-                b, n1)
+        first: dict[int, int] = {}  # each distinct list of forms: its position among the distinct ones
+        which = np.array([first.setdefault(id(s.forms), len(first)) for s in sentences], dtype=np.int64)
+        distinct = {id(s.forms): s for s in sentences}
+        if worded:
+            words = attribute_hashes_many(list(distinct.values()), [self.attrs[j] for j in worded])
+            codes[:, :, worded] = words[which]
+        if tagged:
+            codes[:, :, tagged] = attribute_hashes_many(sentences, [self.attrs[j] for j in tagged])
         tag_index = {t: i for i, t in enumerate(UPOS_TAGS)}
         tags = np.full((b, n1), -1, dtype=np.int64)
         tags[:, 1:] = [[tag_index.get(t, -1) for t in s.upos] for s in sentences]

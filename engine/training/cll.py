@@ -77,11 +77,12 @@ def tree_nll(scores: np.ndarray, gold: np.ndarray, constraint: TreeConstraint) -
 
 
 def cll_objective(
-    weights: np.ndarray, batch: TrainingBatch, constraint: TreeConstraint
+    weights: np.ndarray, batch: TrainingBatch, constraint: TreeConstraint, out: np.ndarray | None = None
 ) -> tuple[float, np.ndarray]:
-    """Negative conditional log-likelihood of a batch and its gradient w.r.t. the weights."""
+    """Negative conditional log-likelihood of a batch and its gradient w.r.t. the weights (added into ``out``, a
+    buffer of zeros, when given: ``scatter_gradient``)."""
     nll, score_grad = tree_nll(arc_scores(weights, batch.features), batch.gold, constraint)
-    return nll, scatter_gradient(batch.features, score_grad, len(weights))
+    return nll, scatter_gradient(batch.features, score_grad, len(weights), out)
 
 
 def hidden_cll_objective(
@@ -159,6 +160,7 @@ def train_cll(
     keep, skipped = usable_trees(train, constraint)
     kept = [train[i] for i in keep]
     sharded = None
+    buffer = np.zeros(extractor.dim)  # every batch's gradient, cleared by the step that reads it
     if client is None:
         batches = prepare_batches(extractor, kept, config.batch_size, progress)
         sizes = [len(batch.gold) for batch in batches]
@@ -166,12 +168,16 @@ def train_cll(
         def objective(weights: np.ndarray, b: int) -> tuple[float, np.ndarray]:
             if clusters is not None:
                 return hidden_cll_objective(weights, batches[b], constraint)
-            return cll_objective(weights, batches[b], constraint)
+            return cll_objective(weights, batches[b], constraint, out=buffer)
     else:
         from engine.training.cluster import ShardedCLL
 
         sharded = ShardedCLL(client, extractor, constraint, kept, config.batch_size)
-        sizes, objective = sharded.sizes, sharded.objective
+        sizes = sharded.sizes
+
+        def objective(weights: np.ndarray, b: int) -> tuple[float, np.ndarray]:
+            assert sharded is not None
+            return sharded.objective(weights, b, out=buffer)
     n_sent = len(keep)
     rng = np.random.default_rng(config.seed)
     w = np.zeros(extractor.dim) if clusters is None else initial_cluster_weights(clusters, extractor.dim, config.seed)
@@ -181,7 +187,7 @@ def train_cll(
 
     def step(b: int) -> float:
         nll, grad = objective(w, b)
-        opt.step(w, grad, config.l2 * (sizes[b] / n_sent))
+        opt.step(w, grad, config.l2 * (sizes[b] / n_sent), clear=True)  # the gradient buffer, zeroed for the next
         return nll
 
     try:

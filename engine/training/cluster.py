@@ -212,11 +212,12 @@ class ShardedCLL:
         self.futures = futures  # the actors live as long as their futures
         self.index: list[list[np.ndarray | None]] = [a.indices().result() for a in self.actors]
 
-    def objective(self, weights: np.ndarray, b: int) -> tuple[float, np.ndarray]:
-        """Batch ``b``'s negative log-likelihood and gradient: each worker's part, summed worker by worker."""
+    def objective(self, weights: np.ndarray, b: int, out: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        """Batch ``b``'s negative log-likelihood and gradient: each worker's part, summed worker by worker (into
+        ``out``, a buffer of zeros, when given, as ``cll_objective``)."""
         calls = [(index[b], actor.objective(b, weights[index[b]]))
                  for actor, index in zip(self.actors, self.index, strict=True) if index[b] is not None]
-        nll, grad = 0.0, np.zeros(self.dim)
+        nll, grad = 0.0, np.zeros(self.dim) if out is None else out
         for index, call in calls:
             part_nll, part_grad = call.result()
             nll += part_nll

@@ -103,3 +103,23 @@ def test_attribute_hashes_are_the_hashed_attribute_strings(ewt_dir, monkeypatch)
     assert 0 < len(extract._FORM_CODES) <= 300
     with pytest.raises(KeyError):
         extract.attribute_hashes(dev[0], ["form_after"])
+
+
+def test_attribute_hashes_of_a_batch_are_each_sentences(ewt_dir) -> None:
+    """``attribute_hashes_many`` over a batch of one length (the arc scorer's one lookup per batch) gives each
+    sentence's ``attribute_hashes``, also for one-word sentences and with attributes in any order; sentences of
+    different lengths are refused."""
+    attrs = [f"{base}{shift}" for base in ("xpos", *extract._WORD_BASES, "upos") for shift in ("_next", "", "_prev")]
+    dev = read_conllu(ewt_dir / "en_ewt-ud-dev.conllu")[:400]
+    by_length: dict[int, list] = {}
+    for sentence in dev:
+        by_length.setdefault(len(sentence.forms), []).append(sentence)
+    assert 1 in by_length and max(len(batch) for batch in by_length.values()) > 10
+    for batch in by_length.values():
+        many = extract.attribute_hashes_many(batch, attrs)
+        assert many.shape == (len(batch), len(batch[0].forms) + 1, len(attrs))
+        for got, sentence in zip(many, batch, strict=True):
+            expected = np.stack([hash_strings(extract.token_attribute(sentence, a)) for a in attrs], axis=1)
+            assert np.array_equal(got, expected)
+    with pytest.raises(ValueError, match="one length"):
+        extract.attribute_hashes_many([by_length[1][0], by_length[2][0]], attrs)

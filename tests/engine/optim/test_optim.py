@@ -131,6 +131,14 @@ def test_the_compiled_dense_step_is_numpys_bit_for_bit(seed: int, n: int, l2: fl
         slow.numpy_step(w_slow, g_slow, l2)
         for a, b in ((w_fast, w_slow), (fast.g2, slow.g2), (g_fast, g_slow)):
             assert np.array_equal(a.view(np.int64), b.view(np.int64))  # the same bits, NaN and -0.0 included
+    cleared, w_clear, g_clear = AdaGrad(n, rate, delta=delta, initial=1e-6), w.copy(), grad.copy()
+    kept, w_kept = AdaGrad(n, rate, delta=delta, initial=1e-6), w.copy()
+    cleared.step(w_clear, g_clear, l2, clear=True)  # the same update, and the gradient buffer left all zeros
+    kept.step(w_kept, grad.copy(), l2)
+    assert np.array_equal(w_clear.view(np.int64), w_kept.view(np.int64)) and not g_clear.view(np.int64).any()
+    w_numpy, g_numpy = np.ones(n, dtype=np.float32), np.ones(n, dtype=np.float32)  # the numpy path clears too
+    AdaGrad.like(w_numpy, rate).step(w_numpy, g_numpy, l2, clear=True)
+    assert not g_numpy.any()
 
 
 def test_arrays_the_compiled_step_cannot_take_go_through_numpy() -> None:
