@@ -44,6 +44,17 @@ def scatter_gradient(features: np.ndarray, score_grad: np.ndarray, dim: int,
     return g
 
 
+def add_into(out: np.ndarray, index: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``out[index[i]] += values[i]`` in order (``out``: float64): with ``out`` all zeros this is ``np.bincount(index,
+    values, minlength=len(out))`` bit for bit, without a fresh array; returns ``out``."""
+    if out.dtype != np.float64 or out.ndim != 1 or len(index) != len(values):
+        raise ValueError("add_into needs a 1-d float64 buffer and as many values as indices")
+    if len(index) and not 0 <= int(index.min()) <= int(index.max()) < len(out):
+        raise ValueError(f"indices must lie in [0, {len(out)})")
+    _scatter_add(np.asarray(index).reshape(-1, 1), np.asarray(values, dtype=np.float64), out)
+    return out
+
+
 @njit(cache=True, nogil=True)
 def _scatter_add(features: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
     """``out[features[r, j]] += values[r]`` for every row r and slot j, in that order (``np.bincount``'s)."""

@@ -23,6 +23,7 @@ from engine.bp_parser import BPParser
 from engine.data.batching import length_batches
 from engine.graph.build import SentenceGraph
 from engine.inference.bp import BPConfig, BPResult, run_bp, run_bp_many
+from engine.scoring.potentials import add_into
 from engine.training.cll import TrainConfig, TrainResult, usable_trees
 from engine.training.loop import EpochLoop, dev_or_loss
 from engine.training.optim import AdaGrad
@@ -75,6 +76,7 @@ def train_surrogate(
     dim = len(parser.weights)
     w = parser.weights
     opt = AdaGrad(dim, config.learning_rate)
+    buffer = np.zeros(dim)  # every batch's gradient, cleared by the step that reads it
     loop = EpochLoop([w], total_batches=config.epochs * len(groups), total_epochs=config.epochs,
                      average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
 
@@ -88,9 +90,9 @@ def train_surrogate(
                 losses.append(loss)
                 idx += ii
                 val += vv
-        grad = np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=dim)
+        grad = add_into(buffer, np.concatenate(idx), np.concatenate(val))  # np.bincount's sums, no fresh array
         grad[0] = 0.0
-        opt.step(w, grad, config.l2 * (len(batch) / len(sents)))
+        opt.step(w, grad, config.l2 * (len(batch) / len(sents)), clear=True)
         return losses  # the loop adds them one by one, in order
 
     loop.run(config.epochs, lambda: rng.permutation(len(groups)), step, dev_or_loss(dev_score),

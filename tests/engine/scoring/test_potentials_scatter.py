@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.scoring.potentials import scatter_gradient
+from engine.scoring.potentials import add_into, scatter_gradient
 
 
 @settings(max_examples=60, deadline=None)
@@ -32,3 +32,19 @@ def test_a_buffer_of_the_wrong_shape_or_type_is_refused() -> None:
     for bad in (np.zeros(3), np.zeros(4, dtype=np.float32)):
         with pytest.raises(ValueError, match="float64"):
             scatter_gradient(features, score_grad, 4, out=bad)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), size=st.integers(0, 300), dim=st.sampled_from([1, 5, 1 << 12]))
+def test_add_into_is_bincount_bit_for_bit(seed: int, size: int, dim: int) -> None:
+    """The surrogate trainer's scatter of (index, value) terms into its buffer equals ``np.bincount``'s array."""
+    rng = np.random.default_rng(seed)
+    index = rng.integers(0, dim, size)
+    values = rng.normal(size=size) * rng.choice([1e-12, 1.0, 1e9], size=size)
+    expected = np.bincount(index, weights=values, minlength=dim)
+    got = add_into(np.zeros(dim), index, values)
+    assert np.array_equal(got.view(np.int64), expected.view(np.int64))
+    with pytest.raises(ValueError, match="indices"):
+        add_into(np.zeros(dim), np.array([dim]), np.ones(1))
+    with pytest.raises(ValueError, match="float64"):
+        add_into(np.zeros(dim, dtype=np.float32), index, values)
