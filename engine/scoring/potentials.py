@@ -49,16 +49,19 @@ def add_into(out: np.ndarray, index: np.ndarray, values: np.ndarray) -> np.ndarr
     values, minlength=len(out))`` bit for bit, without a fresh array; returns ``out``."""
     if out.dtype != np.float64 or out.ndim != 1 or len(index) != len(values):
         raise ValueError("add_into needs a 1-d float64 buffer and as many values as indices")
-    if len(index) and not 0 <= int(index.min()) <= int(index.max()) < len(out):
-        raise ValueError(f"indices must lie in [0, {len(out)})")
     _scatter_add(np.asarray(index).reshape(-1, 1), np.asarray(values, dtype=np.float64), out)
     return out
 
 
 @njit(cache=True, nogil=True)
 def _scatter_add(features: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
-    """``out[features[r, j]] += values[r]`` for every row r and slot j, in that order (``np.bincount``'s)."""
+    """``out[features[r, j]] += values[r]`` for every row r and slot j, in that order (``np.bincount``'s); an index
+    outside ``out`` raises ``IndexError`` (numba does not check bounds: this does, before the write)."""
+    size = len(out)
     for r in range(features.shape[0]):
         v = values[r]
         for j in range(features.shape[1]):
-            out[features[r, j]] += v
+            f = features[r, j]
+            if f < 0 or f >= size:
+                raise IndexError("a feature index lies outside the gradient buffer")
+            out[f] += v

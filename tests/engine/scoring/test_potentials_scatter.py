@@ -32,6 +32,8 @@ def test_a_buffer_of_the_wrong_shape_or_type_is_refused() -> None:
     for bad in (np.zeros(3), np.zeros(4, dtype=np.float32)):
         with pytest.raises(ValueError, match="float64"):
             scatter_gradient(features, score_grad, 4, out=bad)
+    with pytest.raises(IndexError, match="outside"):  # features hashed for a larger table
+        scatter_gradient(np.full((1, 2, 2, 1), 9, dtype=np.int32), score_grad, 4, out=np.zeros(4))
 
 
 @settings(max_examples=40, deadline=None)
@@ -44,7 +46,8 @@ def test_add_into_is_bincount_bit_for_bit(seed: int, size: int, dim: int) -> Non
     expected = np.bincount(index, weights=values, minlength=dim)
     got = add_into(np.zeros(dim), index, values)
     assert np.array_equal(got.view(np.int64), expected.view(np.int64))
-    with pytest.raises(ValueError, match="indices"):
-        add_into(np.zeros(dim), np.array([dim]), np.ones(1))
+    for outside in (dim, -1):
+        with pytest.raises(IndexError, match="outside"):
+            add_into(np.zeros(dim), np.array([outside]), np.ones(1))
     with pytest.raises(ValueError, match="float64"):
         add_into(np.zeros(dim, dtype=np.float32), index, values)
