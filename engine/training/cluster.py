@@ -20,14 +20,17 @@ dimension (4M weights = 32 MB per step would swamp the gain); the driver keeps e
 ``dask`` and ``distributed`` are an optional extra (``pip install .[cluster]``): they are imported only inside
 the functions that need them, so the engine installs and runs without them. Dask moves the sentences and the
 arrays between its own processes with its serialisation; nothing is persisted that way (models stay
-pickle-free). A worker lost mid-training is not recovered from here (its shard's scattered sentences go with
-it); the independent trainings run as tasks (``engine.training.tasks``) are, by Dask's rescheduling.
+pickle-free). A worker lost mid-training takes its shard's features with it: ``ShardedCLL`` builds the shard
+again elsewhere from the driver's copy of its sentences and computes the batch's part again (the same weights);
+the independent trainings run as tasks (``engine.training.tasks``) are rerun by Dask's rescheduling.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -38,6 +41,8 @@ import numpy as np
 from engine.data.batching import length_batches
 from engine.features.extract import FeatureExtractor
 from engine.kernels.exact import TreeConstraint
+
+log = logging.getLogger(__name__)
 
 CLUSTER_SPEC = re.compile(r"local:(?P<n>[1-9][0-9]*)|tcp://[^\s:/]+:[0-9]+")
 TIMEOUT = "120s"  # starting a LocalCluster's workers and waiting for them
@@ -187,13 +192,29 @@ class Shard:
         return cll_objective(weights, TrainingBatch(piece.local, piece.gold), self.constraint)
 
 
+def _differ(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    """Whether two parts' feature indices differ (``None``: a batch without a part for that shard)."""
+    return (a is None) != (b is None) if a is None or b is None else not np.array_equal(a, b)
+
+
 class ShardedCLL:
     """The training set's mini-batches, sharded over the workers of ``client``; ``objective(w, b)`` is batch
     ``b``'s summed loss and dense gradient, as ``cll_objective`` computes them in one process. The calls go
-    straight to the actors, not through the scheduler (a step's latency is what limits the speed-up)."""
+    straight to the actors, not through the scheduler (a step's latency is what limits the speed-up).
+
+    A worker lost mid-training (its process killed, its machine gone) takes its shard's features with it: the
+    shard is built again, from the driver's copy of its sentences, on another worker (the nanny's replacement
+    when one appears within ``REPLACEMENT_WAIT``, else a worker that holds another shard), and the batch's part
+    is computed again. The rebuilt shard has the same sentences in the same parts, so the same features and the
+    same sums in the same order: the weights are those of a run without the loss (tested)."""
+
+    MAX_REBUILDS = 3  # per lost part of one batch: a shard that keeps failing is an error, not bad luck
+    REPLACEMENT_WAIT = 60.0  # seconds for the nanny's replacement worker (a loaded machine starts one slowly)
+    SCHEDULER_GRACE = 2.0  # seconds for the client to notice that a failed call was the scheduler's loss
 
     def __init__(self, client: Any, extractor: FeatureExtractor, constraint: TreeConstraint,
                  sentences: Sequence[Any], batch_size: int) -> None:
+        self.client, self.extractor, self.constraint, self.sentences = client, extractor, constraint, sentences
         self.dim = extractor.dim
         groups = length_batches([len(s.forms) for s in sentences], batch_size)
         self.sizes = [len(g) for g in groups]
@@ -201,25 +222,106 @@ class ShardedCLL:
         if not workers:
             raise RuntimeError("the Dask cluster has no workers")
         splits = [np.array_split(g, len(workers)) for g in groups]  # batch b's part for worker k
-        futures = []
-        for k, worker in enumerate(workers):
+        self.shards: list[tuple[list[int], list[list[int]]]] = []  # per shard: its sentences, its part of each batch
+        for k in range(len(workers)):
             mine = [int(i) for parts in splits for i in parts[k]]
             position = {i: p for p, i in enumerate(mine)}
-            parts = [[position[int(i)] for i in parts[k]] for parts in splits]
-            [shard] = client.scatter([[sentences[i] for i in mine]], workers=[worker])  # sent once
-            futures.append(client.submit(Shard, extractor, shard, parts, constraint, workers=[worker], actor=True))
-        self.workers, self.actors = workers, [f.result() for f in futures]
-        self.futures = futures  # the actors live as long as their futures
-        self.index: list[list[np.ndarray | None]] = [a.indices().result() for a in self.actors]
+            self.shards.append((mine, [[position[int(i)] for i in parts[k]] for parts in splits]))
+        n = len(workers)
+        self.workers: list[str] = list(workers)
+        self.futures: list[Any] = [None] * n  # the actors live as long as their futures
+        self.actors: list[Any] = [None] * n
+        self.index: list[list[np.ndarray | None]] = [[] for _ in range(n)]
+        self.rebuilds = 0
+        for k, worker in enumerate(workers):  # all shards set up at once, then each waited for
+            try:
+                self.futures[k] = self._start(k, worker)
+            except Exception:  # noqa: S110 - its worker went away meanwhile: set up elsewhere below
+                pass
+        for k in range(n):
+            try:
+                if self.futures[k] is None:
+                    raise LookupError(f"shard {k} was not started")
+                self.actors[k] = self.futures[k].result()
+                self.index[k] = self.actors[k].indices().result()
+            except Exception:  # its worker went away while the shards were set up: set this one up elsewhere
+                self._rebuild(k)
+
+    def _start(self, k: int, worker: str, again: bool = False) -> Any:
+        """Shard ``k``'s sentences sent to ``worker`` (once) and its actor started there (a future); ``again``: new
+        keys, not those of the lost shard's data and actor."""
+        mine, parts = self.shards[k]
+        [shard] = self.client.scatter([[self.sentences[i] for i in mine]], workers=[worker], hash=not again)
+        return self.client.submit(Shard, self.extractor, shard, parts, self.constraint, workers=[worker], actor=True,
+                                  pure=not again)
+
+    def _rebuild(self, k: int) -> None:
+        """Shard ``k`` again on a live worker (the class docstring): up to ``MAX_REBUILDS`` workers are tried, as
+        one may go away between being chosen and being used. Raises if the client has lost its scheduler."""
+        lost = {self.workers[k]}
+        for attempt in range(self.MAX_REBUILDS):
+            require_connected(self.client)
+            try:
+                self.client.wait_for_workers(len(self.workers), timeout=self.REPLACEMENT_WAIT)
+            except TimeoutError:
+                pass  # no replacement (yet): share a worker that holds another shard
+            live = sorted(w for w in self.client.scheduler_info()["workers"] if w not in lost)
+            if not live:
+                raise RuntimeError("the Dask cluster has no workers left")
+            taken = {w for j, w in enumerate(self.workers) if j != k}
+            worker = next((w for w in live if w not in taken), live[0])
+            try:
+                future = self._start(k, worker, again=True)
+                actor = future.result()
+                index = actor.indices().result()
+            except Exception as e:
+                lost.add(worker)
+                if attempt == self.MAX_REBUILDS - 1:
+                    raise RuntimeError(f"could not set up shard {k} on a worker: {type(e).__name__}: {e}") from e
+                continue
+            if self.index[k] and (len(index) != len(self.index[k]) or any(
+                    _differ(a, b) for a, b in zip(index, self.index[k], strict=True))):
+                raise RuntimeError(f"shard {k} rebuilt on {worker} has other features than before")
+            log.warning("shard %d of the data-parallel training: its worker %s was lost, set up again on %s", k,
+                        self.workers[k], worker)
+            if self.futures[k] is not None:
+                self.futures[k].release()
+            self.workers[k], self.actors[k], self.futures[k], self.index[k] = worker, actor, future, index
+            self.rebuilds += 1
+            return
+
+    def _part(self, k: int, b: int, weights: np.ndarray, call: Any) -> tuple[float, np.ndarray]:
+        """Shard ``k``'s part of batch ``b`` from its pending ``call``, computed again on a rebuilt shard if its
+        worker was lost (an ``OSError``: a closed connection, a worker that cannot be reached)."""
+        for attempt in range(self.MAX_REBUILDS + 1):
+            try:
+                return call.result()  # type: ignore[no-any-return]
+            except OSError as e:
+                self._unless_scheduler_lost()
+                if attempt == self.MAX_REBUILDS:
+                    raise RuntimeError(f"shard {k} failed {attempt + 1} times on batch {b}: {e}") from e
+                self._rebuild(k)
+                call = self.actors[k].objective(b, weights[self.index[k][b]])
+        raise AssertionError("unreachable")
+
+    def _unless_scheduler_lost(self) -> None:
+        """Raise ``ConnectionError`` if a failed call was the scheduler's loss, not a worker's: its workers stop with
+        it, so their calls fail a moment before the client notices its own connection closed (within ~0.1 s
+        measured); asking the scheduler for a replacement would then wait out the client's reconnection (30 s).
+        Waits up to ``SCHEDULER_GRACE`` for the client's status to change, and returns if it does not."""
+        deadline = time.monotonic() + self.SCHEDULER_GRACE
+        while self.client.status == "running" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        require_connected(self.client)
 
     def objective(self, weights: np.ndarray, b: int, out: np.ndarray | None = None) -> tuple[float, np.ndarray]:
         """Batch ``b``'s negative log-likelihood and gradient: each worker's part, summed worker by worker (into
         ``out``, a buffer of zeros, when given, as ``cll_objective``)."""
-        calls = [(index[b], actor.objective(b, weights[index[b]]))
-                 for actor, index in zip(self.actors, self.index, strict=True) if index[b] is not None]
+        calls = [(k, index[b], actor.objective(b, weights[index[b]]))
+                 for k, (actor, index) in enumerate(zip(self.actors, self.index, strict=True)) if index[b] is not None]
         nll, grad = 0.0, np.zeros(self.dim) if out is None else out
-        for index, call in calls:
-            part_nll, part_grad = call.result()
+        for k, index, call in calls:
+            part_nll, part_grad = self._part(k, b, weights, call)
             nll += part_nll
             grad[index] += part_grad  # a part's indices are distinct
         return nll, grad

@@ -66,6 +66,38 @@ def test_each_batch_gradient_is_the_sum_of_the_workers_parts(client: Any, ewt_di
 
 
 @pytest.mark.slow
+def test_a_shard_lost_between_batches_is_rebuilt_and_gives_the_same_parts(ewt_dir: Path) -> None:
+    """Each batch's loss and gradient are computed, a shard's worker is SIGKILLed, and every batch again: the lost
+    shard is set up on another worker (``rebuilds`` counts it), and every batch's result is bit for bit what it
+    was before the loss (the same sentences in the same parts, summed in the same order)."""
+    import signal
+
+    from engine.training.cluster import ShardedCLL
+
+    distributed = pytest.importorskip("distributed", reason="dask.distributed is not installed (the cluster extra)")
+    train = _ewt(ewt_dir, 60)
+    fx = FeatureExtractor(tuple(default_first_order()), 1 << 18)
+    constraint = TreeConstraint("nonprojective", "single")
+    keep, _ = usable_trees(train, constraint)
+    kept = [train[i] for i in keep]
+    w = np.random.default_rng(1).normal(scale=0.3, size=fx.dim)
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) as cl, \
+            distributed.Client(cl, timeout=TIMEOUT) as c:
+        c.wait_for_workers(2, timeout=TIMEOUT)
+        sharded = ShardedCLL(c, fx, constraint, kept, 8)
+        try:
+            before = [sharded.objective(w, b) for b in range(len(sharded.sizes))]
+            lost = sharded.workers[0]
+            os.kill(c.run(os.getpid, workers=[lost])[lost], signal.SIGKILL)
+            after = [sharded.objective(w, b) for b in range(len(sharded.sizes))]
+            assert sharded.rebuilds == 1 and lost not in sharded.workers
+        finally:
+            sharded.close()
+    for (nll, grad), (nll_again, grad_again) in zip(before, after, strict=True):
+        assert nll_again == nll and np.array_equal(grad_again, grad)
+
+
+@pytest.mark.slow
 def test_two_epochs_on_two_workers_follow_single_process_training(client: Any, ewt_dir: Path) -> None:
     """300 EWT sentences, 2 epochs: the same batches and steps. The gradients differ only by rounding (above), but
     AdaGrad with the L2 term amplifies it where a weight is ~0: a coordinate whose summed squared gradient is

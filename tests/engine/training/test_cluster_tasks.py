@@ -4,6 +4,7 @@ every array is bit for bit the sequential run's, also when a worker is killed wh
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -128,6 +129,39 @@ def test_a_seed_task_whose_worker_is_killed_is_rerun(ewt_dir: Path, tmp_path: Pa
         assert killed  # a worker was killed mid-task
         client.wait_for_workers(2, timeout=TIMEOUT)
         assert set(client.scheduler_info()["workers"]) != before  # and replaced by a new one
+    assert_same_model(tmp_path / "one", tmp_path / "two")
+
+
+@pytest.mark.slow
+def test_a_data_parallel_shard_whose_worker_is_killed_is_rebuilt(ewt_dir: Path, tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """One seed trains data-parallel (each worker holds a shard's features, ``engine.training.cluster``). A
+    worker process is SIGKILLed after the first batch: its shard is built again on another worker, the batch's
+    part computed again, and the model equals the one trained on the same cluster without the kill, bit for
+    bit (the same parts, the same sums in the same order). Before the rebuild existed the training failed."""
+    from distributed import Client
+
+    from engine.training.pipeline import train_model
+
+    path = _subset(ewt_dir, tmp_path, 150)
+    options = dict(epochs=2, dim=1 << 18, components=("parser",), batch_size=8, seeds=1, name="m")
+    with local_cluster() as cl, Client(cl, timeout=TIMEOUT) as client:
+        client.wait_for_workers(2, timeout=TIMEOUT)
+        cluster_options = TrainOptions(**options, cluster=cl.scheduler_address)
+        train_model(path, path, tmp_path / "one", cluster_options, progress=False)
+        killed: list[int] = []
+
+        def on_progress(fraction: float, stage: str) -> None:
+            if stage == "training" and fraction > 0 and not killed:
+                worker = sorted(client.scheduler_info()["workers"])[0]
+                pid = client.run(os.getpid, workers=[worker])[worker]
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+        with caplog.at_level(logging.WARNING, logger="engine.training.cluster"):
+            train_model(path, path, tmp_path / "two", cluster_options, progress=False, on_progress=on_progress)
+        assert killed  # a worker was killed while the epochs ran, and its shard was set up again
+        assert any("was lost, set up again on" in r.getMessage() for r in caplog.records)
     assert_same_model(tmp_path / "one", tmp_path / "two")
 
 
