@@ -41,6 +41,8 @@ class AdaGrad:
                  initial: float = 0.0, dtype: Any = np.float64, round_steps: bool = False) -> None:
         if not learning_rate > 0 or delta < 0 or initial < 0:
             raise ValueError("AdaGrad needs learning_rate > 0, delta >= 0 and initial >= 0")
+        if delta == 0 and initial == 0:  # a weight whose gradients are all 0 so far would step by 0 / 0
+            raise ValueError("AdaGrad needs delta > 0 or initial > 0")
         # Python floats, not numpy scalars: with float32 arrays they then stay float32 (NEP 50)
         self.learning_rate, self.delta = float(learning_rate), float(delta)
         self.g2 = np.full(shape, initial, dtype=dtype)
@@ -99,7 +101,10 @@ def _fusable(*arrays: np.ndarray) -> bool:
     return all(a.dtype == np.float64 and a.flags.c_contiguous and a.shape == arrays[0].shape for a in arrays)
 
 
-@njit(cache=True, nogil=True)
+# error_model="numpy": a division by zero gives IEEE inf/nan (as numpy's step does) instead of a Python check and
+# exception per weight, which kept LLVM from vectorising the loop: 4x faster (22.6 -> 5.2 ms for 2^22 weights),
+# each weight still the same IEEE operations (vector sqrt and division are correctly rounded, and no fastmath)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _dense_step(w: np.ndarray, grad: np.ndarray, g2: np.ndarray, learning_rate: float, delta: float, l2: float,
                 with_l2: bool, clear: bool) -> None:  # pragma: no cover - compiled
     """``step`` in one pass over the weights: numpy's ``grad += l2 * w; g2 += grad * grad; w -= lr * grad /

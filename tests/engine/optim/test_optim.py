@@ -112,6 +112,8 @@ def test_settings_are_checked() -> None:
             OptimSettings(**bad)
     with pytest.raises(ValueError):
         AdaGrad(3, 0.0)
+    with pytest.raises(ValueError, match="delta > 0 or initial > 0"):  # 0 / 0 for a weight not yet moved
+        AdaGrad(3, 0.1, delta=0.0)
 
 
 @settings(max_examples=60, deadline=None)
