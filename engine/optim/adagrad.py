@@ -102,8 +102,9 @@ def _fusable(*arrays: np.ndarray) -> bool:
 
 
 # error_model="numpy": a division by zero gives IEEE inf/nan (as numpy's step does) instead of a Python check and
-# exception per weight, which kept LLVM from vectorising the loop: 4x faster (22.6 -> 5.2 ms for 2^22 weights),
-# each weight still the same IEEE operations (vector sqrt and division are correctly rounded, and no fastmath)
+# exception per weight, which kept LLVM from vectorising the loop: 25-27 -> 8.5 ms a step of 2^22 weights
+# (docs/results/cluster.md), each weight still the same IEEE operations (vector sqrt and division are correctly
+# rounded, and no fastmath)
 @njit(cache=True, nogil=True, error_model="numpy")
 def _dense_step(w: np.ndarray, grad: np.ndarray, g2: np.ndarray, learning_rate: float, delta: float, l2: float,
                 with_l2: bool, clear: bool) -> None:  # pragma: no cover - compiled

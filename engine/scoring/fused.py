@@ -284,12 +284,13 @@ class ArcScorer:
         codes = np.empty((b, n1, len(self.attrs)), dtype=np.uint64)
         tagged = [j for j, a in enumerate(self.attrs) if a.split("_")[0] in ("upos", "xpos")]
         worded = [j for j in range(len(self.attrs)) if j not in tagged]
-        first: dict[int, int] = {}  # each distinct list of forms: its position among the distinct ones
-        which = np.array([first.setdefault(id(s.forms), len(first)) for s in sentences], dtype=np.int64)
-        distinct = {id(s.forms): s for s in sentences}
+        distinct: dict[int, Tokens] = {}  # one sentence per distinct list of forms (copies share their sentence's)
+        for s in sentences:
+            distinct.setdefault(id(s.forms), s)
         if worded:
             words = attribute_hashes_many(list(distinct.values()), [self.attrs[j] for j in worded])
-            codes[:, :, worded] = words[which]
+            position = {key: i for i, key in enumerate(distinct)}
+            codes[:, :, worded] = words[[position[id(s.forms)] for s in sentences]]
         if tagged:
             codes[:, :, tagged] = attribute_hashes_many(sentences, [self.attrs[j] for j in tagged])
         tag_index = {t: i for i, t in enumerate(UPOS_TAGS)}

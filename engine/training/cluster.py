@@ -27,6 +27,7 @@ the independent trainings run as tasks (``engine.training.tasks``) are rerun by 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -234,18 +235,15 @@ class ShardedCLL:
         self.index: list[list[np.ndarray | None]] = [[] for _ in range(n)]
         self.rebuilds = 0
         for k, worker in enumerate(workers):  # all shards set up at once, then each waited for
-            try:
+            with contextlib.suppress(Exception):  # its worker went away meanwhile: set up elsewhere below
                 self.futures[k] = self._start(k, worker)
-            except Exception:  # noqa: S110 - its worker went away meanwhile: set up elsewhere below
-                pass
         for k in range(n):
-            try:
-                if self.futures[k] is None:
-                    raise LookupError(f"shard {k} was not started")
-                self.actors[k] = self.futures[k].result()
-                self.index[k] = self.actors[k].indices().result()
-            except Exception:  # its worker went away while the shards were set up: set this one up elsewhere
-                self._rebuild(k)
+            with contextlib.suppress(Exception):  # its worker went away while the shards were set up
+                if self.futures[k] is not None:
+                    self.actors[k] = self.futures[k].result()
+                    self.index[k] = self.actors[k].indices().result()
+                    continue
+            self._rebuild(k)  # not started or not set up: set this one up elsewhere
 
     def _start(self, k: int, worker: str, again: bool = False) -> Any:
         """Shard ``k``'s sentences sent to ``worker`` (once) and its actor started there (a future); ``again``: new
