@@ -93,6 +93,12 @@ class BPParser:
             self._scorer = ArcScorer(self.extractor, vectors)
         return self._scorer(sentences) if sentences else []
 
+    def arc_scorer(self) -> ArcScorer:
+        """The arc scorer of the current weights (and pruner), built if they changed since the last one."""
+        self.link_and_prune_scores([])
+        assert self._scorer is not None
+        return self._scorer
+
     @classmethod
     def from_first_order(cls, parser: FirstOrderParser, templates: dict[str, tuple[TripleTemplate, ...]] | None = None,
                          second_dim: int = 0, prune: bool = False) -> BPParser:
@@ -147,7 +153,7 @@ class BPParser:
             yield from batch
 
     def graph_batches(self, sentences: Sequence[Any], *, gold: bool = False, batch_size: int = 64,
-                      mixtures: Sequence[TagMixture | None] | None = None,
+                      mixtures: Sequence[TagMixture | None] | None = None, link_features: bool = True,
                       ) -> Iterator[list[tuple[int, SentenceGraph, np.ndarray]]]:
         """``graphs`` in batches of sentences of one length (features are extracted per batch, and BP
         runs a batch's graphs stacked: ``engine.inference.relaxed.infer_many``). With ``gold`` (training)
@@ -155,13 +161,15 @@ class BPParser:
         straight from the tokens (``link_and_prune_scores``, the same values). ``mixtures[i]``: the
         taggings whose potentials sentence ``i``'s graph averages (inference only): its link and higher-order
         potentials; the pruner reads the sentence's own tags (on EWT dev averaging its scores too changed
-        UAS by 0.004 and LAS by 0, at the cost of scoring every arc of every copy)."""
+        UAS by 0.004 and LAS by 0, at the cost of scoring every arc of every copy). ``link_features=False``
+        with ``gold``: the graphs keep the gold arcs but not their first-order features (a trainer that
+        scores the arcs itself, ``engine.training.joint``)."""
         if gold and mixtures is not None:
             raise ValueError("tag mixtures are for inference; training graphs keep the gold tags")
         for idx in length_batches([len(s.forms) for s in sentences], batch_size):
             chosen = [sentences[i] for i in idx]
             feats = None
-            if gold:
+            if gold and link_features:
                 feats = self.extractor.extract(chosen)
                 scores = [arc_scores(self.weights, feats)]
                 if self.pruner is not None:

@@ -1,4 +1,5 @@
-"""Command-line interface: ``python -m engine {train,train-component,average,evaluate,parse,calibrate,score}``.
+"""Command-line interface: ``python -m engine {train,train-component,train-joint,average,evaluate,parse,calibrate,
+score}``.
 
 Every command reads CoNLL-U through ``engine.data.conllu_io`` and reports problems as one line on
 stderr with exit status 2 (bad input) instead of a traceback.
@@ -91,6 +92,20 @@ def cmd_train_component(args: argparse.Namespace) -> int:
                              seed=args.seed, progress=not args.quiet)
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def cmd_train_joint(args: argparse.Namespace) -> int:
+    from engine.training.joint_finetune import fine_tune_joint, joint_config
+
+    try:
+        config = joint_config(args.start, args.epochs, args.learning_rate, args.l2, args.seed)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    summary = fine_tune_joint(args.model, args.train, args.dev, args.out, config, folds=args.folds,
+                              max_sentences=args.max_sentences, progress=not args.quiet, start=args.start,
+                              objective=args.objective, bp_iterations=args.bp_iterations)
+    print(json.dumps(summary, indent=2))
+    return 130 if summary["interrupted"] else 0
 
 
 def cmd_average(args: argparse.Namespace) -> int:
@@ -315,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    command = {"train": cmd_train, "train-component": cmd_train_component, "average": cmd_average,
+    command = {"train": cmd_train, "train-component": cmd_train_component, "train-joint": cmd_train_joint,
+               "average": cmd_average,
                "evaluate": cmd_evaluate, "parse": cmd_parse, "calibrate": cmd_calibrate,
                "score": cmd_score}[args.command]
     try:

@@ -63,6 +63,31 @@ def _add_train_component(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+def _add_train_joint(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train-joint", help="fine-tune a pipeline's second-order parser as a joint model of tags and "
+                       "trees (surrogate CLL under BP over links and tag variables, candidate tags from jackknife "
+                       "fold taggers) and write the pipeline with --tag-average joint as its default")
+    p.add_argument("--model", required=True, help="pipeline model with a tagger and a second-order BP parser")
+    p.add_argument("--train", required=True, help="training treebank (CoNLL-U), the one the pipeline was trained on")
+    p.add_argument("--dev", required=True, help="development treebank: the epoch with the best joint UAS is kept")
+    p.add_argument("--out", required=True, help="model directory to write")
+    p.add_argument("--start", choices=["parser", "pruner"], default="parser", help="parser: fine-tune the pipeline's "
+                   "parser; pruner: start from its first-order pruner's weights and zero higher-order weights, as "
+                   "`train --order 2` starts")
+    p.add_argument("--objective", choices=["joint", "surrogate"], default="joint", help="surrogate: the control, "
+                   "plain surrogate CLL on the same jackknifed 1-best tags, no tag variables")
+    p.add_argument("--epochs", type=int, help="default 2 from the parser, 3 from the pruner")
+    p.add_argument("--learning-rate", type=float, help="AdaGrad step size (default 0.01 from the parser, 0.05 from "
+                   "the pruner)")
+    p.add_argument("--l2", type=float, help="L2 strength (default 0 from the parser: its weights are already "
+                   "fitted; 10 from the pruner)")
+    p.add_argument("--bp-iterations", type=int, default=3, help="BP iterations per training sentence")
+    p.add_argument("--folds", type=int, default=5, help="jackknife folds for the training sentences' candidate tags")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-sentences", type=int, default=0, help="train on the first N sentences only")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
 def _add_model_io(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model directory")
     p.add_argument("--batch-size", type=int, default=64)
@@ -162,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     _add_train(sub)
     _add_train_component(sub)
+    _add_train_joint(sub)
     _add_average(sub)
     p = sub.add_parser("evaluate", help="parse a treebank and score it against its gold trees")
     _add_model_io(p)

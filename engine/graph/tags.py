@@ -88,6 +88,24 @@ class TagLink:
                         r, u, v, to_link, to_head, to_dep)
         return to_link, to_head, to_dep
 
+    def on_beliefs(self, link_in: np.ndarray, head_in: np.ndarray, dep_in: np.ndarray) -> np.ndarray:
+        """The factor beliefs b(L = 1, T_h = a, T_m = b) (A, g, g) from the same incoming messages as
+        ``propagate`` (Smith & Eisner 2008 eq. 6: the factor times every incoming message, normalised over the
+        factor's configurations): ``exp(theta[a, b] + r + u[a] + v[b]) / Z``, with ``Z`` adding the ``L = 0``
+        configurations ``exp(u[a] + v[b])``; 0 on pairs that are not candidates. Summed over (a, b) it is the
+        factor's belief that the link is on; surrogate CLL (``engine.training.joint``) reads it as the expected
+        count of each candidate pair's arc features."""
+        pair = np.isfinite(self.theta)
+        u = np.where(self.allowed[self.heads], head_in, -np.inf)[:, :, None]
+        v = np.where(self.allowed[self.deps], dep_in, -np.inf)[:, None, :]
+        off = np.where(pair, u + v, -np.inf)
+        on = np.where(pair, self.theta + np.asarray(link_in, dtype=np.float64)[:, None, None] + off, -np.inf)
+        top = np.maximum(on.max(axis=(1, 2)), off.max(axis=(1, 2)))[:, None, None]
+        top = np.where(np.isfinite(top), top, 0.0)
+        p_on, p_off = np.exp(on - top), np.exp(off - top)
+        total = p_on.sum(axis=(1, 2)) + p_off.sum(axis=(1, 2))
+        return p_on / np.maximum(total, 1e-300)[:, None, None]
+
     def log_potential(self, arcs: np.ndarray, slots: np.ndarray) -> float:
         """Log of the product of the factors on a boolean arc assignment ``arcs`` (n+1, n+1) and a slot per
         word ``slots`` (n+1,; slot 0 for ROOT): the sum of ``theta`` over the kept arcs that are on."""

@@ -37,11 +37,13 @@ from engine.inference.bp import BPConfig, BPResult, stages
 @dataclass
 class JointResult:
     """Link beliefs and diagnostics as ``run_bp`` returns them (``links``; families in the order given,
-    ``incoming[0]`` TREE's incoming messages), and the tag beliefs (n+1, g): probabilities per word over its
-    candidate slots (0 on padding; row 0, ROOT, is slot 0 with probability 1)."""
+    ``incoming[0]`` TREE's incoming messages), the tag beliefs (n+1, g): probabilities per word over its
+    candidate slots (0 on padding; row 0, ROOT, is slot 0 with probability 1), and TAGLINK's factor beliefs
+    b(L = 1, T_h = a, T_m = b) (A, g, g) per kept arc (``TagLink.on_beliefs``)."""
 
     links: BPResult
     tags: np.ndarray
+    taglink: np.ndarray
 
 
 class _State:
@@ -114,6 +116,12 @@ class _State:
         else:
             self.update_family(0 if unit == 0 else unit - 2)
 
+    def taglink_beliefs(self) -> np.ndarray:
+        """TAGLINK's factor beliefs from the messages it would read now."""
+        tl = self.taglink
+        return tl.on_beliefs(self.b[tl.flat] - self.to_link, self.tags[tl.heads] - self.to_head,
+                             self.tags[tl.deps] - self.to_dep)
+
     def probabilities(self) -> tuple[np.ndarray, np.ndarray]:
         """Link beliefs b(L = 1) (flat) and tag beliefs (n+1, g) as probabilities."""
         return expit(self.b), np.where(self.allowed, np.exp(normalised(self.tags, self.allowed)), 0.0)
@@ -143,7 +151,7 @@ def run_joint_bp(families: Sequence[FactorFamily], valid: np.ndarray, taglink: T
         links, tags = new_links, new_tags
         if residual < config.tolerance:
             break
-    return JointResult(_links_result(state, iterations, residual, config), tags)
+    return JointResult(_links_result(state, iterations, residual, config), tags, state.taglink_beliefs())
 
 
 def _links_result(state: _State, iterations: int, residual: float, config: BPConfig) -> BPResult:

@@ -346,17 +346,12 @@ class ArcScorer:
         return out
 
 
-    def candidate_scores(self, sentence: Tokens, upos: Sequence[Sequence[str]], xpos: Sequence[Sequence[str]],
-                         heads: np.ndarray, deps: np.ndarray) -> np.ndarray:
-        """TAGLINK potentials (``engine.graph.tags``): ``theta[j, a, b]`` (A, g, g), the score under the first
-        weight vector of arc ``heads[j] -> deps[j]`` when the head's own UPOS and XPOS are its candidate ``a``
-        (``upos[h - 1][a]``, ``xpos[h - 1][a]``) and the dependent's its candidate ``b``; ``-inf`` where a slot is
-        not a candidate (ROOT has slot 0 only). Only the head's and the dependent's *own* tags change: the
-        templates that read other words' tags (``upos_prev``, ``xpos_next``, ..., the "between" tags) read the
-        sentence's tags (its 1-best), and so do the higher-order factors. Each candidate slot ``c`` is one copy
-        of the sentence whose words carry their ``c``-th candidate as own tags, hashed into per-word template
-        halves once (O(g n K)); pair ``(a, b)`` joins the head halves of copy ``a`` to the dependent halves of
-        copy ``b`` in ``_listed_kernel``, only for the candidate pairs of the listed arcs (O(A g^2 K))."""
+    def _candidate_pairs(self, sentence: Tokens, upos: Sequence[Sequence[str]], xpos: Sequence[Sequence[str]],
+                         heads: np.ndarray, deps: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray,
+                                                                       tuple[np.ndarray, ...]]:
+        """What ``candidate_scores`` and ``candidate_gradient`` share: the kernels' word arrays (head halves per
+        pair, dependent halves per pair, direction and distance codes, the 1-best UPOS per pair), the listed
+        (pair, h, m) rows of the allowed candidate pairs of each arc, and each row's (arc, a, b)."""
         n, g = len(sentence.forms), max(len(u) for u in upos)
         codes, tags = self.codes([sentence])
         copies = np.repeat(codes, g, axis=0)
@@ -371,16 +366,76 @@ class ArcScorer:
         ok = (grid[None, :, None] < count[heads][:, None, None]) & (grid[None, None, :] < count[deps][:, None, None])
         j, a, b = np.nonzero(ok)
         listed = np.stack([a * g + b, heads[j], deps[j]], axis=1).astype(np.int64)
+        dir_codes, dist_codes = _context_codes(n)
+        words = (np.repeat(halves[0], g, axis=0), np.tile(halves[1], (g, 1, 1)), dir_codes, dist_codes,
+                 np.repeat(tags, g * g, axis=0))
+        return words, listed, (j, a, b)
+
+    def candidate_scores(self, sentence: Tokens, upos: Sequence[Sequence[str]], xpos: Sequence[Sequence[str]],
+                         heads: np.ndarray, deps: np.ndarray) -> np.ndarray:
+        """TAGLINK potentials (``engine.graph.tags``): ``theta[j, a, b]`` (A, g, g), the score under the first
+        weight vector of arc ``heads[j] -> deps[j]`` when the head's own UPOS and XPOS are its candidate ``a``
+        (``upos[h - 1][a]``, ``xpos[h - 1][a]``) and the dependent's its candidate ``b``; ``-inf`` where a slot is
+        not a candidate (ROOT has slot 0 only). Only the head's and the dependent's *own* tags change: the
+        templates that read other words' tags (``upos_prev``, ``xpos_next``, ..., the "between" tags) read the
+        sentence's tags (its 1-best), and so do the higher-order factors. Each candidate slot ``c`` is one copy
+        of the sentence whose words carry their ``c``-th candidate as own tags, hashed into per-word template
+        halves once (O(g n K)); pair ``(a, b)`` joins the head halves of copy ``a`` to the dependent halves of
+        copy ``b`` in ``_listed_kernel``, only for the candidate pairs of the listed arcs (O(A g^2 K))."""
+        (head_halves, dep_halves, dir_codes, dist_codes, tags), listed, (j, a, b) = self._candidate_pairs(
+            sentence, upos, xpos, heads, deps)
+        n1, g = len(sentence.forms) + 1, max(len(u) for u in upos)
         pairs = g * g
         out = np.empty(len(listed))
-        dir_codes, dist_codes = _context_codes(n)
-        _listed_kernel(np.repeat(halves[0], g, axis=0), np.tile(halves[1], (g, 1, 1)), self.contexts, self.between,
-                       dir_codes, dist_codes, np.repeat(tags, pairs, axis=0), self.tag_codes,
-                       np.uint64(self.extractor.dim - 1), self.tables[0], HALF_VALUES, np.arange(pairs),
-                       np.ones((pairs, n + 1), dtype=np.bool_), listed, np.zeros(len(listed)), out)
+        _listed_kernel(head_halves, dep_halves, self.contexts, self.between, dir_codes, dist_codes, tags,
+                       self.tag_codes, np.uint64(self.extractor.dim - 1), self.tables[0], HALF_VALUES,
+                       np.arange(pairs), np.ones((pairs, n1), dtype=np.bool_), listed, np.zeros(len(listed)), out)
         theta = np.full((len(heads), g, g), -np.inf)
         theta[j, a, b] = out
         return theta
+
+    def candidate_gradient(self, sentence: Tokens, upos: Sequence[Sequence[str]], xpos: Sequence[Sequence[str]],
+                           heads: np.ndarray, deps: np.ndarray, coef: np.ndarray, out: np.ndarray) -> None:
+        """Add ``coef[j, a, b]`` times the feature counts of arc ``heads[j] -> deps[j]`` under candidate pair
+        ``(a, b)`` (the features ``candidate_scores`` sums) into ``out`` (the first-order weights' gradient, at
+        least ``extractor.dim`` long): ``d theta[j, a, b] / d weights`` weighted by ``coef``, so that
+        ``out . w`` grows by ``sum coef * theta`` (tested). Pairs that are not candidates are skipped."""
+        (head_halves, dep_halves, dir_codes, dist_codes, tags), listed, (j, a, b) = self._candidate_pairs(
+            sentence, upos, xpos, heads, deps)
+        weights = np.ascontiguousarray(coef[j, a, b], dtype=np.float64)
+        _listed_scatter(head_halves, dep_halves, self.contexts, self.between, dir_codes, dist_codes, tags,
+                        self.tag_codes, np.uint64(self.extractor.dim - 1), listed, weights, out)
+
+
+@njit(cache=True, nogil=True)
+def _listed_scatter(heads: np.ndarray, deps: np.ndarray, contexts: np.ndarray, between: np.ndarray,
+                    dir_codes: np.ndarray, dist_codes: np.ndarray, tags: np.ndarray, tag_codes: np.ndarray,
+                    modulus: np.uint64, arcs: np.ndarray, coef: np.ndarray, out: np.ndarray) -> None:
+    """``out[i] += coef[j]`` for each feature index ``i`` of listed arc ``arcs[j] = (s, h, m)`` (the indices
+    ``_listed_kernel`` sums the weights of), the absent "between" slots on the null feature ``out[0]``."""
+    n_tags = len(tag_codes)
+    n_between = 0
+    for t in range(len(contexts)):
+        if between[t]:
+            n_between += 1
+    index = np.empty(len(contexts) * n_tags, dtype=np.int64)
+    null = 0.0
+    for j in range(arcs.shape[0]):
+        c = coef[j]
+        if c == 0.0:
+            continue
+        s, h, m = arcs[j, 0], arcs[j, 1], arcs[j, 2]
+        lo, hi = (h, m) if h < m else (m, h)
+        mask = 0
+        for p in range(lo + 1, hi):
+            if tags[s, p] >= 0:
+                mask |= 1 << tags[s, p]
+        count, present = _arc_indices(heads, deps, s, h, m, mask, contexts, between, dir_codes, dist_codes,
+                                      tag_codes, modulus, index)
+        null += c * (n_between * (n_tags - present))
+        for i in range(count):
+            out[index[i]] += c
+    out[0] += null
 
 
 def fused_arc_scores(extractor: FeatureExtractor, sentences: Sequence[Tokens],

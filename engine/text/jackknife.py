@@ -26,6 +26,7 @@ import numpy as np
 from tqdm import tqdm
 
 from engine.data.conllu_io import Sentence
+from engine.text.tag_candidates import CandidateSettings, TagCandidates
 from engine.text.tagger import Tagger
 
 log = logging.getLogger(__name__)
@@ -98,3 +99,29 @@ def jackknife_tag_draws(
             out[start + i].upos, out[start + i].xpos = upos, xpos
             draws[start + i] = drawn
     return out, draws
+
+
+def jackknife_candidates(
+    sentences: Sequence[Sentence],
+    settings: CandidateSettings,
+    folds: int = 5,
+    seed: int = 0,
+    train_kwargs: dict[str, Any] | None = None,
+    progress: bool = False,
+) -> tuple[list[Sentence], list[TagCandidates | None]]:
+    """``jackknife_tags`` and each sentence's candidate tags from the same fold tagger (``Tagger.tag(...,
+    candidates=settings, with_gold=True)``: the gold tags are always among them), for training a joint
+    model of tags and trees (``engine.training.joint``); None for an empty sentence."""
+    folds = min(folds, len(sentences))
+    if folds < 2:
+        raise ValueError("jackknifing needs at least 2 folds and 2 sentences")
+    kwargs = {"seed": seed, **(train_kwargs or {})}
+    out = [copy.deepcopy(s) for s in sentences]
+    cands: list[TagCandidates | None] = [None] * len(sentences)
+    for start, end in tqdm(fold_bounds(len(sentences), folds), desc="jackknife folds", unit="fold",
+                           disable=not progress):
+        tagger = Tagger.train([*sentences[:start], *sentences[end:]], **kwargs)
+        for i, r in enumerate(tagger.tag(sentences[start:end], candidates=settings, with_gold=True), start):
+            out[i].upos, out[i].xpos = list(r.upos), list(r.xpos)
+            cands[i] = r.candidates
+    return out, cands

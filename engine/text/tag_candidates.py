@@ -69,10 +69,12 @@ class TagCandidates:
     rest: np.ndarray  # (n, g) the tagger's marginal of the pruned states with the UPOS of each slot
 
 
-def choose_states(marginals: np.ndarray, best: np.ndarray, settings: CandidateSettings) -> tuple[np.ndarray,
-                                                                                               np.ndarray]:
+def choose_states(marginals: np.ndarray, best: np.ndarray, settings: CandidateSettings,
+                  required: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per word of one sentence, its candidate states (n, g) and which slots are used (n, g): ``best`` (n,)
-    first, then the other states by decreasing ``marginals`` (n, S) down to ``settings.min_marginal``."""
+    first, then the other states by decreasing ``marginals`` (n, S) down to ``settings.min_marginal``.
+    ``required`` (n,): a state each word must have among its candidates (training: the gold tags), -1 for
+    none; one that is not there takes the word's first free slot (a slot more if every one is used)."""
     n, s = marginals.shape
     k = min(settings.k, s)
     others = np.where(np.arange(s)[None, :] == best[:, None], -1.0, marginals)
@@ -80,6 +82,12 @@ def choose_states(marginals: np.ndarray, best: np.ndarray, settings: CandidateSe
     states = np.concatenate([best[:, None], order], axis=1)
     keep = np.concatenate([np.ones((n, 1), bool),
                            np.take_along_axis(others, order, axis=1) >= settings.min_marginal], axis=1)
+    if required is not None:
+        states = np.concatenate([states, np.zeros((n, 1), np.int64)], axis=1)
+        keep = np.concatenate([keep, np.zeros((n, 1), bool)], axis=1)
+        need = np.flatnonzero((required >= 0) & ~((states == required[:, None]) & keep).any(axis=1))
+        free = np.argmin(keep[need], axis=1)  # the first unused slot: the last column always is
+        states[need, free], keep[need, free] = required[need], True
     width = int(keep.sum(axis=1).max(initial=1))
     states, keep = states[:, :width], keep[:, :width]
     return np.where(keep, states, best[:, None]), keep

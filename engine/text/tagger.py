@@ -277,7 +277,7 @@ class Tagger:
 
     # -- tagging ------------------------------------------------------------------------------------------
     def tag(self, sentences: Sequence[HasForms], *, batch_size: int = 256, samples: int = 0,
-            candidates: CandidateSettings | None = None) -> list[TagResult]:
+            candidates: CandidateSettings | None = None, with_gold: bool = False) -> list[TagResult]:
         """Viterbi tags and forward-backward marginals of every sentence (given in any order and length), and
         ``samples`` (UPOS, XPOS) sequences per sentence drawn from the posterior ``p(y | x)``
         (``chain_sample``; each sentence's uniform numbers come from a generator seeded by its words, so a
@@ -287,9 +287,16 @@ class Tagger:
         The Viterbi search is restricted to each word's ``viterbi_candidates`` most probable (UPOS, XPOS)
         states by marginal, which leaves the best path unchanged unless it goes through a state of tiny
         marginal probability, and cuts the cost per word from S^2 to k^2 for S (about 100) states.
+
+        ``candidates``: each result also carries its sentence's candidate tags (``engine.text.tag_candidates``);
+        ``with_gold`` adds each word's own (gold) UPOS/XPOS state to them where the tagger has that state
+        (training a joint model: the gold tagging must be one the graph can represent).
         """
         results: list[TagResult] = []
         crf = self.crf
+        state_of = {(int(u), int(x)): i for i, (u, x) in enumerate(crf.states)} if with_gold else {}
+        upos_index = {t: i for i, t in enumerate(self.upos_labels)}
+        xpos_index = {t: i for i, t in enumerate(self.xpos_labels)}
         upos, xpos = np.array(self.upos_labels, dtype=object), np.array(self.xpos_labels, dtype=object)
         for first in range(0, len(sentences), batch_size):
             chunk = sentences[first:first + batch_size]
@@ -313,7 +320,13 @@ class Tagger:
                                                    list(zip(drawn_upos[:, w].tolist(), drawn_xpos[:, w].tolist(),
                                                             strict=True))))
                 if candidates is not None and w.stop > w.start:
-                    states, allowed = choose_states(marginals[w], best[w], candidates)
+                    required = None
+                    if with_gold:
+                        sent = chunk[r]
+                        required = np.array([state_of.get((upos_index.get(u, -1), xpos_index.get(x, -1)), -1)
+                                             for u, x in zip(sent.upos, sent.xpos, strict=True)],  # type: ignore[attr-defined]
+                                            dtype=np.int64)
+                    states, allowed = choose_states(marginals[w], best[w], candidates, required)
                     result.candidates = restrict(em[w], crf.transition, states, allowed,
                                                  (self.upos_labels, self.xpos_labels, crf.states), marginals[w])
         return results

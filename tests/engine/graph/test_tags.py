@@ -100,7 +100,16 @@ def _exact_joint(n: int, valid: np.ndarray, tl: TagLink, chain: TagChain, emissi
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Link marginals (n+1, n+1) and tag marginals (n+1, g) of p(tree, tags) proportional to
     TREE * prod TAG * CHAIN * prod TAGLINK, by enumerating every (single-rooted) tree and tagging."""
+    links, tags, _, _ = _exact_joint_all(n, valid, tl, chain, emissions)
+    return links, tags
+
+
+def _exact_joint_all(n: int, valid: np.ndarray, tl: TagLink, chain: TagChain, emissions: np.ndarray,
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """``_exact_joint`` and, per kept arc, p(L_hm = 1, T_h = a, T_m = b) (A, g, g), and log Z."""
     allowed = tl.allowed
+    g = allowed.shape[1]
+    on = []
     trees = [h for h in enumerate_trees(n, single_root=True, projective=False)
              if valid[h[1:], np.arange(1, n + 1)].all()]
     taggings = list(itertools.product(*[np.flatnonzero(allowed[i]) for i in range(1, n + 1)]))
@@ -114,8 +123,13 @@ def _exact_joint(n: int, valid: np.ndarray, tl: TagLink, chain: TagChain, emissi
                         + tl.log_potential(arcs, full))
             links.append(arcs)
             tags.append(np.eye(allowed.shape[1])[full])
+            pairs = np.zeros((tl.size, g, g))
+            live = arcs[tl.heads, tl.deps]
+            pairs[np.flatnonzero(live), full[tl.heads[live]], full[tl.deps[live]]] = 1.0
+            on.append(pairs)
     p = np.exp(np.array(logs) - logsumexp(logs))
-    return np.tensordot(p, np.array(links, dtype=float), axes=1), np.tensordot(p, np.array(tags), axes=1)
+    return (np.tensordot(p, np.array(links, dtype=float), axes=1), np.tensordot(p, np.array(tags), axes=1),
+            np.tensordot(p, np.array(on), axes=1), float(logsumexp(logs)))
 
 
 def _emissions(allowed: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -140,10 +154,20 @@ def test_bp_equals_exact_joint_marginals_on_a_loop_free_graph(seed: int) -> None
     tl, chain, emissions = _taglink(n, valid, allowed, rng), _chain(n, allowed, rng), _emissions(allowed, rng)
     result = run_joint_bp([Tree(n, valid, projective=False, single_root=True)], valid, tl, chain, emissions,
                           BPConfig(max_iterations=20, tolerance=1e-12))
-    links, tags = _exact_joint(n, valid, tl, chain, emissions)
+    links, tags, on, _ = _exact_joint_all(n, valid, tl, chain, emissions)
     np.testing.assert_allclose(result.links.beliefs, np.where(valid, links, 0.0), atol=1e-9)
     np.testing.assert_allclose(result.tags, tags, atol=1e-9)
+    np.testing.assert_allclose(result.taglink, on, atol=1e-9)  # TAGLINK's factor beliefs are exact too
     assert result.links.converged
+    # and they are the gradient of log Z in each pair's potential (what surrogate CLL reads as expected counts)
+    for j, a, b in zip(*np.nonzero(np.isfinite(tl.theta)), strict=True):
+        moved = []
+        for step in (1e-5, -1e-5):
+            theta = tl.theta.copy()
+            theta[j, a, b] += step
+            moved.append(_exact_joint_all(n, valid, TagLink(n, tl.heads, tl.deps, theta, allowed), chain,
+                                          emissions)[3])
+        assert (moved[0] - moved[1]) / 2e-5 == pytest.approx(result.taglink[j, a, b], abs=1e-7)
 
 
 def test_bp_equals_exact_joint_marginals_with_one_word() -> None:
@@ -154,9 +178,10 @@ def test_bp_equals_exact_joint_marginals_with_one_word() -> None:
     chain = TagChain(np.zeros((0, g, g)), rng.normal(size=g), rng.normal(size=g), allowed)
     tl, emissions = _taglink(n, valid, allowed, rng), _emissions(allowed, rng)
     result = run_joint_bp([Tree(n, valid, projective=False, single_root=True)], valid, tl, chain, emissions)
-    links, tags = _exact_joint(n, valid, tl, chain, emissions)
+    links, tags, on, _ = _exact_joint_all(n, valid, tl, chain, emissions)
     np.testing.assert_allclose(result.links.beliefs, links, atol=1e-9)
     np.testing.assert_allclose(result.tags, tags, atol=1e-9)
+    np.testing.assert_allclose(result.taglink, on, atol=1e-9)
 
 
 @pytest.mark.parametrize("seed", [3, 4])

@@ -61,3 +61,31 @@ def test_candidate_scores_equal_retagged_own_tags(extractor: FeatureExtractor, m
             expected = arc_scores(weights, extractor.extract([sentence]))[0, h, m]
             sentence.own = None
             assert theta[j, a, b] == pytest.approx(expected, abs=1e-9), (h, m, a, b)
+
+
+@pytest.mark.parametrize("extractor", EXTRACTORS)
+def test_candidate_gradient_is_the_derivative_of_the_candidate_scores(extractor: FeatureExtractor) -> None:
+    """theta is linear in the weights, so the feature counts ``candidate_gradient`` adds for coefficients c
+    dotted with any weights w give sum c * theta(w); the null feature carries the absent "between" slots."""
+    rng = np.random.default_rng(5)
+    sentence = Toks(["The", "dog", "runs", "fast"], ["DET", "NOUN", "VERB", "ADV"], ["DT", "NN", "VBZ", "RB"])
+    upos = [["DET"], ["NOUN", "VERB", "PROPN"], ["VERB", "NOUN"], ["ADV", "ADJ", "NOUN"]]
+    xpos = [["DT"], ["NN", "VB", "NNP"], ["VBZ", "NNS"], ["RB", "JJ", "NN"]]
+    heads, deps = np.nonzero(~np.eye(5, dtype=bool) & (np.arange(5) > 0)[None, :])
+    counts = np.zeros(extractor.dim)
+    coef = rng.normal(size=(len(heads), 3, 3))
+    weights = rng.normal(size=extractor.dim)
+    scorer = ArcScorer(extractor, [weights])
+    scorer.candidate_gradient(sentence, upos, xpos, heads, deps, coef, counts)
+    theta = scorer.candidate_scores(sentence, upos, xpos, heads, deps)
+    finite = np.isfinite(theta)
+    assert finite.sum() < theta.size  # some pairs are not candidates, and their coefficients are ignored
+    np.testing.assert_allclose(counts @ weights, (coef * np.where(finite, theta, 0.0)).sum(), rtol=1e-10)
+    for j, a, b in [(0, 0, 0), (7, 1, 0), (len(heads) - 1, 2, 1)]:  # one pair alone: its feature counts
+        one = np.zeros_like(coef)
+        one[j, a, b] = 1.0
+        alone = np.zeros(extractor.dim)
+        scorer.candidate_gradient(sentence, upos, xpos, heads, deps, one, alone)
+        spread = sum(t.between for t in extractor.templates)  # one slot per UPOS tag, present or not
+        assert alone.sum() == len(extractor.templates) - spread + len(extract.UPOS_TAGS) * spread
+        assert alone @ weights == pytest.approx(theta[j, a, b], rel=1e-12)

@@ -1,0 +1,136 @@
+"""Surrogate CLL training of the joint model of tags and trees (Smith & Eisner 2008 §7 on the tag variables of
+§3.4; issue 23).
+
+The joint model (``engine.inference.joint_bp``, ``--tag-average joint``) scores an arc under each candidate
+pair of its words' tags with the parser's first-order weights (TAGLINK); a parser trained on 1-best tags never
+saw those scores compete, so the sum over tag pairs favours arcs that *some* pair scores high
+(docs/joint-tags.md). Training through the new factors fits them: with the words' candidate tags from a
+jackknife fold tagger (``engine.text.jackknife.jackknife_candidates``, the gold tags always among them) and BP
+run jointly over links and tags, the gradient of the surrogate negative conditional log-likelihood of the gold
+(tree, tags) is observed minus expected feature counts, the expectations read from the factor beliefs
+(eq. 10):
+
+    grad = sum_{kept arcs h->m} sum_{a, b} (b_hm(L = 1, T_h = a, T_m = b) - y_hm [a = t*_h] [b = t*_m]) f(h, m, a, b)
+         + sum_{GRAND, SIB factors} (b_f(on, on) - y_a y_b) f_f + l2 w
+
+with ``b_hm`` TAGLINK's factor belief (``TagLink.on_beliefs``; exact where the graph has no loop, tested
+against enumeration and finite differences of log Z), ``f(h, m, a, b)`` the arc's features with the head's and
+the dependent's own tags set to candidates ``a`` and ``b`` (``ArcScorer.candidate_gradient``), and ``t*`` the
+gold tags. The higher-order factors read the 1-best tags, as at parse time. TAG and CHAIN (the fold tagger's
+CRF) are not trained: the tagger stays the pipeline's. AdaGrad, iterate averaging and the best epoch on dev as
+in ``engine.training.surrogate``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from engine.bp_parser import BPParser
+from engine.data.batching import length_batches
+from engine.graph.build import SentenceGraph
+from engine.graph.tags import joint_factors
+from engine.inference.bp import BPConfig
+from engine.inference.joint_bp import run_joint_bp
+from engine.scoring.potentials import add_into
+from engine.text.tag_candidates import TagCandidates
+from engine.training.cll import TrainConfig, TrainResult, usable_trees
+from engine.training.loop import EpochLoop, dev_or_loss
+from engine.training.optim import AdaGrad
+
+
+def gold_slots(candidates: TagCandidates, upos: Sequence[str], xpos: Sequence[str]) -> np.ndarray:
+    """Per word (n+1,; ROOT slot 0) the candidate slot holding its gold (UPOS, XPOS); slot 0 (the 1-best) where
+    no candidate does (a gold pair the tagger has no state for: the word trains on its predicted tags)."""
+    out = np.zeros(len(upos) + 1, dtype=np.int64)
+    for i, (u, x) in enumerate(zip(upos, xpos, strict=True)):
+        for c, (cu, cx) in enumerate(zip(candidates.upos[i], candidates.xpos[i], strict=True)):
+            if cu == u and cx == x:
+                out[i + 1] = c
+                break
+    return out
+
+
+def joint_gradient_terms(parser: BPParser, sentence: Any, graph: SentenceGraph, candidates: TagCandidates,
+                         gold_heads: np.ndarray, slots: np.ndarray, config: BPConfig, out: np.ndarray) -> float:
+    """Run joint BP on one sentence's ``graph`` (built under its 1-best tags, gold arcs kept) with its
+    ``candidates``; add the surrogate gradient (module docstring) into ``out`` and return the loss, minus the
+    log of each word's belief in its gold head (normalised over its heads), as ``surrogate_gradient_terms``."""
+    heads, deps = np.nonzero(graph.valid)
+    scorer = parser.arc_scorer()
+    theta = scorer.candidate_scores(sentence, candidates.upos, candidates.xpos, heads, deps)
+    taglink, chain, emissions = joint_factors(graph.n, heads, deps, theta, candidates)
+    families = [f for f in graph.families if f is not graph.link]
+    result = run_joint_bp(families, graph.valid, taglink, chain, emissions, config)
+    coef = result.taglink.copy()
+    gold_arc = np.flatnonzero(gold_heads[deps] == heads)
+    coef[gold_arc, slots[heads[gold_arc]], slots[deps[gold_arc]]] -= 1.0
+    scorer.candidate_gradient(sentence, candidates.upos, candidates.xpos, heads, deps, coef, out)
+    position = {id(f): k for k, f in enumerate(families)}
+    for terms in graph.soft.values():
+        if len(terms.features):
+            expected = terms.expected(result.links.incoming[position[id(terms.family)]])
+            add_into(out, terms.features.reshape(-1),
+                     np.repeat(expected - terms.gold(gold_heads), terms.features.shape[1]))
+    n1 = graph.n + 1
+    b = np.where(graph.valid, result.links.beliefs, 0.0)
+    gold_b = b[gold_heads[1:], np.arange(1, n1)] / np.maximum(b[:, 1:].sum(axis=0), 1e-300)
+    return float(-np.log(np.maximum(gold_b, 1e-300)).sum())
+
+
+def train_joint(
+    parser: BPParser,
+    train: Sequence[Any],
+    gold_tags: Sequence[tuple[Sequence[str], Sequence[str]]],
+    candidates: Sequence[TagCandidates | None],
+    config: TrainConfig,
+    bp: BPConfig,
+    dev_score: Callable[[np.ndarray], float] | None = None,
+    progress: bool = True,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> TrainResult:
+    """Train ``parser.weights`` in place from their current value (a warm start: the pipeline's parser) on
+    ``train`` (sentences carrying their 1-best tags and gold heads), ``gold_tags[i]`` sentence ``i``'s gold
+    (UPOS, XPOS) and ``candidates[i]`` its candidate tags (with the gold ones among them); returns the best
+    (averaged) weights, also left in ``parser``. ``dev_score``, ``progress``, ``on_batch`` as ``train_cll``."""
+    if not (len(train) == len(gold_tags) == len(candidates)):
+        raise ValueError("train, gold_tags and candidates must have one entry per sentence")
+    start = time.perf_counter()
+    keep, skipped = usable_trees(train, parser.constraint)
+    keep = [i for i in keep if candidates[i] is not None]
+    sents = [train[i] for i in keep]
+    cands = [c for c in (candidates[i] for i in keep) if c is not None]
+    slots = [gold_slots(c, *gold_tags[i]) for i, c in zip(keep, cands, strict=True)]
+    groups = length_batches([len(s.forms) for s in sents], config.batch_size)
+    rng = np.random.default_rng(config.seed)
+    parser.weights = w = np.array(parser.weights, dtype=np.float64)  # trained in float64, whatever was stored
+    if parser.pruner is not None:  # read as float64 views by the arc scorer of each batch, not converted each time
+        parser.pruner = np.array(parser.pruner, dtype=np.float64)
+    opt = AdaGrad(len(w), config.learning_rate)
+    buffer = np.zeros(len(w))  # every batch's gradient, cleared by the step that reads it
+    loop = EpochLoop([w], total_batches=config.epochs * len(groups), total_epochs=config.epochs,
+                     average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
+
+    def step(g: int) -> list[float]:
+        batch = [sents[i] for i in groups[g]]
+        losses = []
+        for graphs in parser.graph_batches(batch, gold=True, batch_size=len(batch), link_features=False):
+            for i, graph, _ in graphs:
+                k = groups[g][i]
+                losses.append(joint_gradient_terms(parser, batch[i], graph, cands[k], batch[i].heads, slots[k], bp,
+                                                   buffer))
+        buffer[0] = 0.0
+        opt.step(w, buffer, config.l2 * (len(batch) / len(sents)), clear=True)
+        return losses
+
+    loop.run(config.epochs, lambda: rng.permutation(len(groups)), step, dev_or_loss(dev_score),
+             per=max(len(sents), 1))
+    out = loop.result()
+    parser.weights = out.params[0]
+    return TrainResult(out.params[0], out.best_epoch, out.history, out.interrupted, skipped,
+                       time.perf_counter() - start,
+                       {**asdict(config), "bp": asdict(bp), "objective": "joint-surrogate-cll"})

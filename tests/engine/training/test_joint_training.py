@@ -1,0 +1,144 @@
+"""Surrogate CLL through the tag variables (``engine.training.joint``): the gold tags join the candidates, one
+candidate per word gives today's surrogate gradient, and training fits the gold (tree, tags)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.data.conllu_io import read_conllu
+from engine.inference.bp import BPConfig, run_bp
+from engine.pipeline import Pipeline
+from engine.text.tag_candidates import CandidateSettings, choose_states
+from engine.training.cll import TrainConfig
+from engine.training.joint import gold_slots, joint_gradient_terms, train_joint
+from engine.training.surrogate import surrogate_gradient_terms
+
+PIPELINE = Path(__file__).resolve().parents[3] / "models" / "en_ewt-pipeline"
+ROOT_O2 = PIPELINE.parent / "en_ewt-o2"
+BP = BPConfig(max_iterations=5, schedule="serial")
+
+
+@pytest.fixture(scope="module")
+def shipped() -> Pipeline:
+    return Pipeline.load(PIPELINE)
+
+
+@pytest.fixture(scope="module")
+def train(ewt_dir: Path) -> list:
+    return read_conllu(ewt_dir / "en_ewt-ud-train.conllu")[:24]
+
+
+def _trainable(pipeline: Pipeline) -> object:
+    parser = copy.copy(pipeline.parser)
+    parser.weights = np.array(parser.weights, dtype=np.float64)
+    parser.pruner = np.array(parser.pruner, dtype=np.float64)
+    parser._scorer = None
+    return parser
+
+
+def test_required_states_join_the_candidates_after_the_best() -> None:
+    marginals = np.array([[0.6, 0.3, 0.1, 0.0], [0.0, 0.0, 1.0, 0.0], [0.5, 0.5, 0.0, 0.0]])
+    best = np.array([0, 2, 1])
+    states, allowed = choose_states(marginals, best, CandidateSettings(k=2, min_marginal=0.2),
+                                    required=np.array([3, 2, -1]))
+    assert states[0].tolist() == [0, 1, 3] and allowed[0].all()  # a slot more: both of k were used
+    assert states[1, 0] == 2 and allowed[1].tolist() == [True, False, False]  # already the 1-best
+    assert states[2, :2].tolist() == [1, 0] and allowed[2].tolist() == [True, True, False]  # -1: nothing required
+    same = choose_states(marginals, best, CandidateSettings(k=2, min_marginal=0.2))
+    assert same[0].shape == (3, 2)
+
+
+def test_one_candidate_per_word_gives_the_surrogate_gradient(shipped: Pipeline, train: list) -> None:
+    """With one candidate per word (k = 1, tags = the 1-best) TAGLINK is LINK and joint BP is BP: the joint
+    trainer's gradient equals surrogate CLL's (``surrogate_gradient_terms``, features from ``extract``)."""
+    parser = _trainable(shipped)
+    sentences = [s.copy() for s in train[:6]]
+    found: dict = {}
+    shipped.tag_and_sample(sentences, retag=True, candidates=(CandidateSettings(k=1), found))
+    for s, gold in zip(sentences, train[:6], strict=True):
+        s.heads = gold.heads
+    joint = np.zeros(len(parser.weights))
+    plain = np.zeros(len(parser.weights))
+    by_index = {i: g for i, g, _ in parser.graphs(sentences, gold=True)}
+    for batch in parser.graph_batches(sentences, gold=True, link_features=False):
+        for i, graph, _ in batch:
+            cands = found[i]
+            assert cands.allowed.shape[1] == 1
+            slots = gold_slots(cands, [u[0] for u in cands.upos], [x[0] for x in cands.xpos])
+            assert not slots.any()
+            loss = joint_gradient_terms(parser, sentences[i], graph, cands, sentences[i].heads, slots, BP, joint)
+            ref = by_index[i]
+            result = run_bp(ref.families, ref.valid, BP)
+            ref_loss, idx, val = surrogate_gradient_terms(ref, sentences[i].heads, BP, result)
+            np.add.at(plain, np.concatenate(idx), np.concatenate(val))
+            assert loss == pytest.approx(ref_loss, rel=1e-9)
+    assert np.abs(plain).max() > 1.0
+    np.testing.assert_allclose(joint, plain, atol=1e-8 * np.abs(plain).max())
+
+
+def test_gold_slots_find_the_gold_tags(shipped: Pipeline, train: list) -> None:
+    sentences = [s.copy() for s in train[:8]]
+    results = shipped.tagger.tag(sentences, candidates=CandidateSettings(k=2, min_marginal=0.5), with_gold=True)
+    for s, r in zip(sentences, results, strict=True):
+        slots = gold_slots(r.candidates, s.upos, s.xpos)
+        assert slots[0] == 0
+        for i, (u, x) in enumerate(zip(s.upos, s.xpos, strict=True)):
+            assert (r.candidates.upos[i][slots[i + 1]], r.candidates.xpos[i][slots[i + 1]]) == (u, x)
+        assert [c[0] for c in r.candidates.upos] == r.upos  # the 1-best stays slot 0
+
+
+def test_training_raises_the_gold_trees_beliefs(shipped: Pipeline, train: list) -> None:
+    """A few epochs on 24 sentences (the shipped tagger's candidates, at least two for 1 word in 5 by a low
+    threshold) lower the surrogate loss, as any CLL trainer on its own training data."""
+    parser = _trainable(shipped)
+    sentences = [s.copy() for s in train]
+    results = shipped.tagger.tag(sentences, candidates=CandidateSettings(k=3, min_marginal=0.01), with_gold=True)
+    tagged = [s.copy() for s in sentences]
+    for s, r in zip(tagged, results, strict=True):
+        s.upos, s.xpos = list(r.upos), list(r.xpos)
+    cands = [r.candidates for r in results]
+    assert np.mean(np.concatenate([c.allowed.sum(axis=1) > 1 for c in cands])) > 0.05
+    out = train_joint(parser, tagged, [(s.upos, s.xpos) for s in sentences], cands,
+                      TrainConfig(epochs=3, learning_rate=0.05, batch_size=8, average=False), BP, progress=False)
+    losses = [h["loss"] for h in out.history]
+    assert losses[-1] < losses[0]
+    assert np.isfinite(out.weights).all()
+
+
+def _head(path: Path, count: int, out: Path) -> Path:
+    blocks = path.read_text(encoding="utf-8").split("\n\n")
+    out.write_text("\n\n".join(blocks[:count]) + "\n\n", encoding="utf-8")
+    return out
+
+
+def test_train_joint_writes_a_joint_pipeline_that_evaluate_reads(ewt_dir: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``train-joint`` end to end on 40 sentences: the pipeline is written with ``tag_average: joint`` and the
+    run in its manifest, every other component as it was, and ``evaluate`` parses with it to the UAS the
+    trainer measured for the epoch it kept."""
+    import json
+
+    from engine.cli import main
+
+    train_file = _head(ewt_dir / "en_ewt-ud-train.conllu", 40, tmp_path / "train.conllu")
+    dev_file = _head(ewt_dir / "en_ewt-ud-dev.conllu", 30, tmp_path / "dev.conllu")
+    out = tmp_path / "joint"
+    assert main(["train-joint", "--model", str(PIPELINE), "--train", str(train_file), "--dev", str(dev_file),
+                 "--out", str(out), "--folds", "2", "--epochs", "1", "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inference"]["tag_average"] == "joint"
+    assert manifest["training"]["joint"]["sentences"] == 40 and manifest["training"]["joint"]["folds"] == 2
+    shipped_manifest = json.loads((PIPELINE / "manifest.json").read_text())
+    assert manifest["components"]["tagger"] == shipped_manifest["components"]["tagger"]
+    assert main(["evaluate", "--model", str(out), "--data", str(dev_file), "--tags", "predicted", "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["uas"] == pytest.approx(summary["history"][0]["dev"], abs=1e-9)
+    assert main(["train-joint", "--model", str(ROOT_O2), "--train", str(train_file), "--dev", str(dev_file),
+                 "--out", str(tmp_path / "no")]) == 2  # no tagger: one line, no model
+    assert "needs a pipeline with a tagger" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()
