@@ -82,6 +82,12 @@ def _add_train_joint(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--l2", type=float, help="L2 strength (default 0 from the parser: its weights are already "
                    "fitted; 10 from the pruner)")
     p.add_argument("--bp-iterations", type=int, default=3, help="BP iterations per training sentence")
+    p.add_argument("--tag-candidates", type=int, default=None, metavar="K", help="at most K candidate tags per word, "
+                   "in training and in the written model's default (manifest inference.tag_candidates.k; default: "
+                   f"the model's, else {TAG_CANDIDATES})")
+    p.add_argument("--tag-min-marginal", type=float, default=None, metavar="P", help="a tag besides the tagger's "
+                   "best is a candidate if its marginal is at least P, in training and in the written model's "
+                   f"default (default: the model's, else {CANDIDATE_MIN_MARGINAL})")
     p.add_argument("--folds", type=int, default=5, help="jackknife folds for the training sentences' candidate tags")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-sentences", type=int, default=0, help="train on the first N sentences only")

@@ -47,13 +47,15 @@ TRAIN_BP_ITERATIONS = 3  # BP iterations per training sentence, as `train --orde
 def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, out: PathLike,
                     config: TrainConfig | None = None, folds: int = 5, max_sentences: int = 0,
                     progress: bool = True, start: str = "parser", objective: str = "joint",
-                    bp_iterations: int = TRAIN_BP_ITERATIONS) -> dict[str, Any]:
+                    bp_iterations: int = TRAIN_BP_ITERATIONS,
+                    tag_candidates: tuple[int | None, float | None] = (None, None)) -> dict[str, Any]:
     """Fine-tune ``model``'s parser jointly with tags (module docstring) and write the pipeline to ``out``;
     returns the summary the command prints. ``start``: ``parser`` (its weights) or ``pruner`` (the pipeline's
     first-order pruner weights and zero higher-order weights, as ``train --order 2`` starts its parsers).
     ``objective``: ``joint``, or ``surrogate`` (the control: the same start, the same jackknifed 1-best tags,
     plain surrogate CLL without tag variables, ``engine.training.surrogate``). The dev UAS that chooses the
-    epoch is the joint parse's either way."""
+    epoch is the joint parse's either way. ``tag_candidates`` = (k, min_marginal) overrides the model's candidate
+    settings (``CandidateSettings.resolve``) for training and the dev parses; the written model keeps them."""
     if start not in STARTS or objective not in OBJECTIVES:
         raise ValueError(f"start must be one of {STARTS} and objective one of {OBJECTIVES}")
     config = config or JOINT_DEFAULTS[start]
@@ -62,7 +64,10 @@ def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, o
     parser = pipeline.parser
     if pipeline.tagger is None or not isinstance(parser, BPParser):
         raise ModelError(f"{model}: joint training needs a pipeline with a tagger and a second-order BP parser")
-    settings = CandidateSettings.resolve(parser.manifest)
+    try:
+        settings = CandidateSettings.resolve(parser.manifest, *tag_candidates)
+    except ValueError as e:
+        raise ModelError(str(e)) from e
     bp = resolve("bp", parser.manifest)  # the model's inference settings, for the dev parses
     assert isinstance(bp, BPConfig)
     train_bp = BPConfig(max_iterations=bp_iterations, schedule="serial")
@@ -102,7 +107,8 @@ def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, o
         parser.weights = np.array(parser.weights, dtype=np.float64)
         result = train_surrogate(parser, jackknifed, config, train_bp, dev_uas, progress)
     parser.weights = result.weights
-    inference = {**(parser.manifest.get("inference") or {}), "tag_average": "joint"}
+    inference = {**(parser.manifest.get("inference") or {}), "tag_average": "joint",
+                 "tag_candidates": {"k": settings.k, "min_marginal": settings.min_marginal}}
     training = {**(parser.manifest.get("training") or {}), "joint": {
         "objective": "joint-surrogate-cll" if objective == "joint" else "surrogate-cll (control)",
         "warm_start": f"{os.fspath(model)} ({start})", "train_file": os.path.basename(train_path),

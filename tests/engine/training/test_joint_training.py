@@ -128,10 +128,12 @@ def test_train_joint_writes_a_joint_pipeline_that_evaluate_reads(ewt_dir: Path, 
     dev_file = _head(ewt_dir / "en_ewt-ud-dev.conllu", 30, tmp_path / "dev.conllu")
     out = tmp_path / "joint"
     assert main(["train-joint", "--model", str(PIPELINE), "--train", str(train_file), "--dev", str(dev_file),
-                 "--out", str(out), "--folds", "2", "--epochs", "1", "--quiet"]) == 0
+                 "--out", str(out), "--folds", "2", "--epochs", "1", "--tag-min-marginal", "0.3", "--quiet"]) == 0
     summary = json.loads(capsys.readouterr().out)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["inference"]["tag_average"] == "joint"
+    assert manifest["inference"]["tag_candidates"] == manifest["training"]["joint"]["candidates"] == {
+        "k": 3, "min_marginal": 0.3}  # trained and parsed with the candidates it was given
     assert manifest["training"]["joint"]["sentences"] == 40 and manifest["training"]["joint"]["folds"] == 2
     shipped_manifest = json.loads((PIPELINE / "manifest.json").read_text())
     assert manifest["components"]["tagger"] == shipped_manifest["components"]["tagger"]
@@ -141,4 +143,7 @@ def test_train_joint_writes_a_joint_pipeline_that_evaluate_reads(ewt_dir: Path, 
     assert main(["train-joint", "--model", str(ROOT_O2), "--train", str(train_file), "--dev", str(dev_file),
                  "--out", str(tmp_path / "no")]) == 2  # no tagger: one line, no model
     assert "needs a pipeline with a tagger" in capsys.readouterr().err
+    assert main(["train-joint", "--model", str(PIPELINE), "--train", str(train_file), "--dev", str(dev_file),
+                 "--out", str(tmp_path / "no"), "--tag-min-marginal", "2"]) == 2
+    assert "min_marginal must be in [0, 1]" in capsys.readouterr().err
     assert not (tmp_path / "no").exists()
