@@ -321,11 +321,10 @@ class Tagger:
                                                             strict=True))))
                 if candidates is not None and w.stop > w.start:
                     required = None
-                    if with_gold:
-                        sent = chunk[r]
+                    gold_upos, gold_xpos = getattr(chunk[r], "upos", None), getattr(chunk[r], "xpos", None)
+                    if with_gold and gold_upos is not None and gold_xpos is not None:  # untagged: nothing required
                         required = np.array([state_of.get((upos_index.get(u, -1), xpos_index.get(x, -1)), -1)
-                                             for u, x in zip(sent.upos, sent.xpos, strict=True)],  # type: ignore[attr-defined]
-                                            dtype=np.int64)
+                                             for u, x in zip(gold_upos, gold_xpos, strict=True)], dtype=np.int64)
                     states, allowed = choose_states(marginals[w], best[w], candidates, required)
                     result.candidates = restrict(em[w], crf.transition, states, allowed,
                                                  (self.upos_labels, self.xpos_labels, crf.states), marginals[w])

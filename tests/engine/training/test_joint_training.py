@@ -147,3 +147,15 @@ def test_train_joint_writes_a_joint_pipeline_that_evaluate_reads(ewt_dir: Path, 
                  "--out", str(tmp_path / "no"), "--tag-min-marginal", "2"]) == 2
     assert "min_marginal must be in [0, 1]" in capsys.readouterr().err
     assert not (tmp_path / "no").exists()
+
+
+def test_untagged_sentences_require_no_state(shipped: Pipeline, train: list) -> None:
+    """``with_gold`` on sentences without tags (raw input) adds nothing: the candidates are the plain ones."""
+    bare = [s.copy() for s in train[:4]]
+    for s in bare:
+        s.upos = s.xpos = None
+    settings = CandidateSettings(k=2, min_marginal=0.3)
+    plain = shipped.tagger.tag(bare, candidates=settings)
+    gold = shipped.tagger.tag(bare, candidates=settings, with_gold=True)
+    for p, g in zip(plain, gold, strict=True):
+        assert g.candidates.upos == p.candidates.upos and np.array_equal(g.candidates.states, p.candidates.states)
