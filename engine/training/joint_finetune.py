@@ -1,14 +1,15 @@
 """``python -m engine train-joint``: a pipeline's parser fine-tuned as a joint model of tags and trees (issue 23).
 
-Warm start from the pipeline's parser and tagger (Smith & Eisner 2008 §3.4 with §7's surrogate CLL,
+Warm start from the pipeline's parser (``--start parser``) or its first-order pruner (``--start pruner``, as
+``train --order 2`` starts), and its tagger (Smith & Eisner 2008 §3.4 with §7's surrogate CLL,
 ``engine.training.joint``): each training sentence gets its candidate tags from a jackknife fold tagger trained
 as the pipeline's tagger is (``engine.text.jackknife.jackknife_candidates``; the gold tags added), the
 parser's weights are trained under joint BP over links and tags, the epoch with the best dev UAS (the dev set
 re-tagged by the pipeline's tagger and parsed jointly) is kept, and the pipeline is written again with those
-weights and ``inference.tag_average: joint`` as its default, everything else as it was. The pipeline's tagger
-is not retrained (TAG and CHAIN are its CRF). No L2 by default: a warm start's weights are already fitted, and
-AdaGrad's normalised L2 step would move every weight the training data does not touch by the learning rate
-on every step.
+weights, ``inference.tag_average: joint`` and the candidate settings as its defaults, everything else as it
+was. The pipeline's tagger is not retrained (TAG and CHAIN are its CRF). From the parser no L2 by default: its
+weights are already fitted, and AdaGrad's normalised L2 step would move every weight the training data does not
+touch by the learning rate on every step. What each start and candidate setting gave on EWT: docs/joint-tags.md.
 """
 
 from __future__ import annotations
