@@ -25,10 +25,10 @@ from engine.features.extract import FeatureExtractor, Tokens
 from engine.features.second_order import TripleTemplate
 from engine.features.tag_mixture import TagMixture
 from engine.graph.build import SentenceGraph, build_graph
-from engine.graph.family import all_arcs
+from engine.graph.family import FactorFamily, all_arcs
 from engine.graph.tags import joint_factors
 from engine.inference.bp import BPConfig, BPResult
-from engine.inference.joint_bp import run_joint_bp
+from engine.inference.joint_bp import JointResult, run_joint_bp
 from engine.inference.relaxed import InferenceConfig, RelaxedResult, infer_many
 from engine.inference.settings import resolve
 from engine.kernels.exact import TreeConstraint, exact_marginals
@@ -289,17 +289,23 @@ class BPParser:
         the tag beliefs (``engine.decode.joint_tags``); unlabelled (``parse`` labels under the chosen tags)."""
         if not isinstance(config, BPConfig):
             raise ValueError("joint tagging and parsing runs plain BP (inference bp), not relaxed or pruned BP")
-        heads, deps = np.nonzero(graph.valid)
-        assert self._scorer is not None  # graph_batches built it
-        theta = self._scorer.candidate_scores(sentence, candidates.upos, candidates.xpos, heads, deps)
-        taglink, chain, emissions = joint_factors(graph.n, heads, deps, theta, candidates)
-        families = [f for f in graph.families if f is not graph.link]
-        result = run_joint_bp(families, graph.valid, taglink, chain, emissions, config)
+        result, _ = self.run_joint(sentence, graph, candidates, config)
         parsed = self.decode(sentence, graph, result.links, labels=False)
         parsed.upos, parsed.xpos, parsed.upos_probs = decode_tags(result.tags, candidates)
         assert parsed.diagnostics is not None
         parsed.diagnostics.update(method="bp-joint", tag_candidates=int(candidates.allowed.sum()))
         return parsed
+
+    def run_joint(self, sentence: Tokens, graph: SentenceGraph, candidates: TagCandidates,
+                  config: BPConfig) -> tuple[JointResult, list[FactorFamily]]:
+        """Joint BP on ``graph`` with LINK replaced by TAGLINK over its kept arcs (``parse_joint``; the joint
+        trainer, ``engine.training.joint``, reads the same run): the result and the link families it ran, in
+        the order of ``result.links.incoming``."""
+        heads, deps = np.nonzero(graph.valid)
+        theta = self.arc_scorer().candidate_scores(sentence, candidates.upos, candidates.xpos, heads, deps)
+        taglink, chain, emissions = joint_factors(graph.n, heads, deps, theta, candidates)
+        families = [f for f in graph.families if f is not graph.link]
+        return run_joint_bp(families, graph.valid, taglink, chain, emissions, config), families
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None,

@@ -32,7 +32,8 @@ from engine.text.tagger import Tagger
 log = logging.getLogger(__name__)
 
 TaskMap = Callable[..., list[Any]]  # map(fn, arguments) -> [fn(*a) for a in arguments], maybe on a cluster
-FoldTags = list[tuple[list[str], list[str], list[tuple[list[str], list[str]]]]]  # per sentence: UPOS, XPOS, draws
+# per sentence: UPOS, XPOS, draws, candidates (None unless asked)
+FoldTags = list[tuple[list[str], list[str], list[tuple[list[str], list[str]]], TagCandidates | None]]
 
 
 def fold_bounds(n: int, folds: int) -> list[tuple[int, int]]:
@@ -69,35 +70,7 @@ def jackknife_tag_draws(
     """``jackknife_tags``, and for each sentence ``samples`` (UPOS, XPOS) sequences drawn from the posterior
     of the same fold tagger that gave it its best tags (``Tagger.tag(..., samples=)``). ``map_tasks`` runs the
     folds (default: one after the other here)."""
-    folds = min(folds, len(sentences))
-    if folds < 2:
-        raise ValueError("jackknifing needs at least 2 folds and 2 sentences")
-    kwargs = {"seed": seed, **(train_kwargs or {})}
-    out = [copy.deepcopy(s) for s in sentences]
-    draws: list[list[tuple[list[str], list[str]]]] = [[] for _ in sentences]
-    bounds = fold_bounds(len(sentences), folds)
-
-    def fold(start: int, end: int) -> FoldTags:
-        rest = [*sentences[:start], *sentences[end:]]
-        tagger = Tagger.train(rest, **kwargs)
-        tagged = [(list(r.upos), list(r.xpos), [(list(u), list(x)) for u, x in r.samples])
-                  for r in tagger.tag(sentences[start:end], samples=samples)]
-        log.info("jackknife fold: sentences %d-%d tagged by a model of %d sentences", start, end, len(rest))
-        return tagged
-
-    if map_tasks is None:  # here, one fold after the other, with a progress bar
-        bar = tqdm(total=folds, desc="jackknife folds", unit="fold", disable=not progress)
-        results = []
-        for b in bounds:
-            results.append(fold(*b))
-            bar.update()
-        bar.close()
-    else:
-        results = map_tasks(fold, bounds)
-    for (start, _), tagged in zip(bounds, results, strict=True):
-        for i, (upos, xpos, drawn) in enumerate(tagged):
-            out[start + i].upos, out[start + i].xpos = upos, xpos
-            draws[start + i] = drawn
+    out, draws, _ = _jackknife(sentences, folds, seed, train_kwargs, progress, samples, map_tasks, None)
     return out, draws
 
 
@@ -112,16 +85,44 @@ def jackknife_candidates(
     """``jackknife_tags`` and each sentence's candidate tags from the same fold tagger (``Tagger.tag(...,
     candidates=settings, with_gold=True)``: the gold tags are always among them), for training a joint
     model of tags and trees (``engine.training.joint``); None for an empty sentence."""
+    out, _, cands = _jackknife(sentences, folds, seed, train_kwargs, progress, 0, None, settings)
+    return out, cands
+
+
+def _jackknife(sentences: Sequence[Sentence], folds: int, seed: int, train_kwargs: dict[str, Any] | None,
+               progress: bool, samples: int, map_tasks: TaskMap | None, settings: CandidateSettings | None,
+               ) -> tuple[list[Sentence], list[list[tuple[list[str], list[str]]]], list[TagCandidates | None]]:
+    """The fold loop of both: best tags, ``samples`` draws and, with ``settings``, candidates (gold added)."""
     folds = min(folds, len(sentences))
     if folds < 2:
         raise ValueError("jackknifing needs at least 2 folds and 2 sentences")
     kwargs = {"seed": seed, **(train_kwargs or {})}
     out = [copy.deepcopy(s) for s in sentences]
+    draws: list[list[tuple[list[str], list[str]]]] = [[] for _ in sentences]
     cands: list[TagCandidates | None] = [None] * len(sentences)
-    for start, end in tqdm(fold_bounds(len(sentences), folds), desc="jackknife folds", unit="fold",
-                           disable=not progress):
-        tagger = Tagger.train([*sentences[:start], *sentences[end:]], **kwargs)
-        for i, r in enumerate(tagger.tag(sentences[start:end], candidates=settings, with_gold=True), start):
-            out[i].upos, out[i].xpos = list(r.upos), list(r.xpos)
-            cands[i] = r.candidates
-    return out, cands
+    bounds = fold_bounds(len(sentences), folds)
+
+    def fold(start: int, end: int) -> FoldTags:
+        rest = [*sentences[:start], *sentences[end:]]
+        tagger = Tagger.train(rest, **kwargs)
+        tagged = [(list(r.upos), list(r.xpos), [(list(u), list(x)) for u, x in r.samples], r.candidates)
+                  for r in tagger.tag(sentences[start:end], samples=samples, candidates=settings,
+                                      with_gold=settings is not None)]
+        log.info("jackknife fold: sentences %d-%d tagged by a model of %d sentences", start, end, len(rest))
+        return tagged
+
+    if map_tasks is None:  # here, one fold after the other, with a progress bar
+        bar = tqdm(total=folds, desc="jackknife folds", unit="fold", disable=not progress)
+        results = []
+        for b in bounds:
+            results.append(fold(*b))
+            bar.update()
+        bar.close()
+    else:
+        results = map_tasks(fold, bounds)
+    for (start, _), tagged in zip(bounds, results, strict=True):
+        for i, (upos, xpos, drawn, found) in enumerate(tagged):
+            out[start + i].upos, out[start + i].xpos = upos, xpos
+            draws[start + i] = drawn
+            cands[start + i] = found
+    return out, draws, cands

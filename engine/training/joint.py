@@ -33,14 +33,13 @@ import numpy as np
 from engine.bp_parser import BPParser
 from engine.data.batching import length_batches
 from engine.graph.build import SentenceGraph
-from engine.graph.tags import joint_factors
 from engine.inference.bp import BPConfig
-from engine.inference.joint_bp import run_joint_bp
 from engine.scoring.potentials import add_into
 from engine.text.tag_candidates import TagCandidates
 from engine.training.cll import TrainConfig, TrainResult, usable_trees
 from engine.training.loop import EpochLoop, dev_or_loss
 from engine.training.optim import AdaGrad
+from engine.training.surrogate import gold_head_loss, soft_gradient_terms
 
 
 def gold_slots(candidates: TagCandidates, upos: Sequence[str], xpos: Sequence[str]) -> np.ndarray:
@@ -60,26 +59,16 @@ def joint_gradient_terms(parser: BPParser, sentence: Any, graph: SentenceGraph, 
     """Run joint BP on one sentence's ``graph`` (built under its 1-best tags, gold arcs kept) with its
     ``candidates``; add the surrogate gradient (module docstring) into ``out`` and return the loss, minus the
     log of each word's belief in its gold head (normalised over its heads), as ``surrogate_gradient_terms``."""
-    heads, deps = np.nonzero(graph.valid)
-    scorer = parser.arc_scorer()
-    theta = scorer.candidate_scores(sentence, candidates.upos, candidates.xpos, heads, deps)
-    taglink, chain, emissions = joint_factors(graph.n, heads, deps, theta, candidates)
-    families = [f for f in graph.families if f is not graph.link]
-    result = run_joint_bp(families, graph.valid, taglink, chain, emissions, config)
+    result, families = parser.run_joint(sentence, graph, candidates, config)
+    heads, deps = np.nonzero(graph.valid)  # TAGLINK's arcs, in the order of result.taglink
     coef = result.taglink.copy()
     gold_arc = np.flatnonzero(gold_heads[deps] == heads)
     coef[gold_arc, slots[heads[gold_arc]], slots[deps[gold_arc]]] -= 1.0
-    scorer.candidate_gradient(sentence, candidates.upos, candidates.xpos, heads, deps, coef, out)
-    position = {id(f): k for k, f in enumerate(families)}
-    for terms in graph.soft.values():
-        if len(terms.features):
-            expected = terms.expected(result.links.incoming[position[id(terms.family)]])
-            add_into(out, terms.features.reshape(-1),
-                     np.repeat(expected - terms.gold(gold_heads), terms.features.shape[1]))
-    n1 = graph.n + 1
-    b = np.where(graph.valid, result.links.beliefs, 0.0)
-    gold_b = b[gold_heads[1:], np.arange(1, n1)] / np.maximum(b[:, 1:].sum(axis=0), 1e-300)
-    return float(-np.log(np.maximum(gold_b, 1e-300)).sum())
+    parser.arc_scorer().candidate_gradient(sentence, candidates.upos, candidates.xpos, heads, deps, coef, out)
+    idx, val = soft_gradient_terms(graph, families, result.links.incoming, gold_heads)
+    if idx:
+        add_into(out, np.concatenate(idx), np.concatenate(val))
+    return gold_head_loss(graph, result.links.beliefs, gold_heads)
 
 
 def train_joint(

@@ -29,6 +29,30 @@ from engine.training.loop import EpochLoop, dev_or_loss
 from engine.training.optim import AdaGrad
 
 
+def soft_gradient_terms(graph: SentenceGraph, families: Sequence[Any], incoming: Sequence[Any],
+                        gold_heads: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The higher-order families' part of the gradient (eq. 10): per family of ``graph.soft``, its feature
+    indices and their weights ``b_f(on, on) - y_a y_b``, the beliefs read from ``incoming[k]``, the incoming
+    messages of ``families[k]`` (the families in the order BP ran them)."""
+    pos = {id(f): i for i, f in enumerate(families)}
+    idx, val = [], []
+    for terms in graph.soft.values():
+        if len(terms.features) == 0:
+            continue
+        expected = terms.expected(incoming[pos[id(terms.family)]])
+        idx.append(terms.features.reshape(-1))
+        val.append(np.repeat(expected - terms.gold(gold_heads), terms.features.shape[1]))
+    return idx, val
+
+
+def gold_head_loss(graph: SentenceGraph, beliefs: np.ndarray, gold_heads: np.ndarray) -> float:
+    """-sum over words of log b(gold head), each word's link beliefs normalised over its heads."""
+    n1 = graph.n + 1
+    b = np.where(graph.valid, beliefs, 0.0)
+    gold_b = b[gold_heads[1:], np.arange(1, n1)] / np.maximum(b[:, 1:].sum(axis=0), 1e-300)
+    return float(-np.log(np.maximum(gold_b, 1e-300)).sum())
+
+
 def surrogate_gradient_terms(
     graph: SentenceGraph, gold_heads: np.ndarray, config: BPConfig, result: BPResult | None = None
 ) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
@@ -42,19 +66,10 @@ def surrogate_gradient_terms(
     b = np.where(graph.valid, result.beliefs, 0.0)
     feats = graph.link_features
     assert feats is not None, "the graph was built without its first-order features"
-    idx = [feats.reshape(-1)]
-    val = [np.repeat((b - y).reshape(-1), feats.shape[-1])]
-    pos = {id(f): i for i, f in enumerate(graph.families)}
-    for terms in graph.soft.values():
-        if len(terms.features) == 0:
-            continue
-        expected = terms.expected(result.incoming[pos[id(terms.family)]])
-        idx.append(terms.features.reshape(-1))
-        val.append(np.repeat(expected - terms.gold(gold_heads), terms.features.shape[1]))
-    col = b[:, 1:].sum(axis=0)
-    gold_b = b[gold_heads[1:], np.arange(1, n1)] / np.maximum(col, 1e-300)
-    loss = float(-np.log(np.maximum(gold_b, 1e-300)).sum())
-    return loss, idx, val
+    soft_idx, soft_val = soft_gradient_terms(graph, graph.families, result.incoming, gold_heads)
+    idx = [feats.reshape(-1), *soft_idx]
+    val = [np.repeat((b - y).reshape(-1), feats.shape[-1]), *soft_val]
+    return gold_head_loss(graph, result.beliefs, gold_heads), idx, val
 
 
 def train_surrogate(
