@@ -36,7 +36,7 @@ RUN groupadd --gid 10001 parser \
 COPY --from=build /opt/venv /opt/venv
 COPY --from=build --chown=10001:10001 /opt/numba-cache /opt/numba-cache
 WORKDIR /app
-# A directory COPY keeps the symlinks inside it: models/en_ewt -> en_ewt-pipeline stays an alias.
+# A directory COPY keeps the symlinks inside it: models/en_ewt -> en_ewt-joint stays an alias.
 COPY models ./models
 USER 10001:10001
 # Job store (SQLite), uploads and trained models (/data/models); a new named volume takes this

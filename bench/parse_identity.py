@@ -6,10 +6,10 @@ compare the sha256 of every output with a reference written earlier (e.g. from t
     python bench/parse_identity.py --write /tmp/q.json --models en_ewt-o1 --limit 50   # a quick pair
 
 Each case is one `engine parse` command: every model as shipped (gold tags, its default inference), the
-pipeline model re-tagging every word (its manifest's tag samples) and the second-order model under relaxed
-inference. ``--check`` takes the data, ``--limit`` and cases recorded in the reference (``--models`` still
-selects among them) and exits 1 when any hash differs. Parsing runs one command at a time (the machine is
-shared); the full reference takes several minutes.
+default model (joint tags) and the pipeline model (its manifest's tag samples) re-tagging every word, and the
+second-order model under relaxed inference. ``--check`` takes the data, ``--limit`` and cases recorded in the
+reference (``--models`` still selects among them) and exits 1 when any hash differs. Parsing runs one command
+at a time (the machine is shared); the full reference takes several minutes.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ DEV = "/work/shared/data/ud/en_ewt/en_ewt-ud-dev.conllu"
 CASES: dict[str, tuple[str, list[str]]] = {
     "en_ewt": ("en_ewt", []),
     "en_ewt --retag": ("en_ewt", ["--retag"]),
+    "en_ewt-pipeline": ("en_ewt-pipeline", []),
+    "en_ewt-pipeline --retag": ("en_ewt-pipeline", ["--retag"]),
     "en_ewt-o1": ("en_ewt-o1", []),
     "en_ewt-o2": ("en_ewt-o2", []),
     "en_ewt-o2 --inference relaxed": ("en_ewt-o2", ["--inference", "relaxed"]),

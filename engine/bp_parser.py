@@ -291,7 +291,7 @@ class BPParser:
             raise ValueError("joint tagging and parsing runs plain BP (inference bp), not relaxed or pruned BP")
         result, _ = self.run_joint(sentence, graph, candidates, config)
         parsed = self.decode(sentence, graph, result.links, labels=False)
-        parsed.upos, parsed.xpos, parsed.upos_probs = decode_tags(result.tags, candidates)
+        _set_tags(parsed, result.tags, candidates)
         assert parsed.diagnostics is not None
         parsed.diagnostics.update(method="bp-joint", tag_candidates=int(candidates.allowed.sum()))
         return parsed
@@ -352,9 +352,16 @@ class BPParser:
 def _fixed_tags(parsed: ParsedSentence, candidates: TagCandidates) -> None:
     """The tags of a joint parse whose words have one candidate each: those, with belief 1 (``parse_joint``
     gives the same: BP over single-slot tag variables is BP over LINK, ``engine.inference.joint_bp``)."""
-    parsed.upos, parsed.xpos, parsed.upos_probs = decode_tags(np.ones((len(candidates.upos) + 1, 1)), candidates)
+    _set_tags(parsed, np.ones((len(candidates.upos) + 1, 1)), candidates)
     assert parsed.diagnostics is not None
     parsed.diagnostics.update(method="bp-joint", tag_candidates=len(candidates.upos))
+
+
+def _set_tags(parsed: ParsedSentence, beliefs: np.ndarray, candidates: TagCandidates) -> None:
+    """The MBR tags of the tag ``beliefs`` (``decode_tags``) into ``parsed``: ``upos``, ``xpos``, ``upos_probs``
+    and each word's UPOS distribution as ``diagnostics["upos_marginals"]`` = (the labels, (n, U) matrix)."""
+    parsed.upos, parsed.xpos, parsed.upos_probs, dist = decode_tags(beliefs, candidates)
+    parsed.diagnostics = {**(parsed.diagnostics or {}), "upos_marginals": (candidates.upos_labels, dist)}
 
 
 def load_any(directory: str | os.PathLike[str], stored: StoredModel | None = None) -> FirstOrderParser | BPParser:

@@ -122,6 +122,7 @@ def cmd_average(args: argparse.Namespace) -> int:
     extra: dict[str, Any] = {"name": args.name or Path(args.out).name}
     if args.components_from:
         trained = source.manifest.get("training") or {}
+        trained = trained.get("components_from", trained)  # a pipeline whose components came from another
         extra["training"] = {**parser.manifest["training"], "components_from": {
             "model": Path(args.components_from).name, "name": source.manifest.get("name"),
             **{k: trained.get(k) for k in ("train_file", "train_sha256")}}}

@@ -27,7 +27,7 @@ from engine.data.conllu_io import check_parsable, format_sentence, iter_conllu
 from engine.decode.calibration import calibrated_all, confidence_comments
 from engine.decode.conformal import sets_misc, stored_conformal
 from engine.decode.labeler import label_arcs
-from engine.decode.tag_marginal import parse_over_tag_samples
+from engine.decode.tag_marginal import parse_over_tag_samples, resolve_tag_average
 from engine.inference.settings import resolve
 from engine.model.store import ModelError
 from engine.pipeline import MAX_TAG_SAMPLES, Pipeline
@@ -51,8 +51,7 @@ def load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
                              "first-order models; use --inference bp")
         if args.constraint:
             raise UsageError("--constraint needs --inference bp")
-        if tag_average(args) == "joint":
-            raise UsageError("--tag-average joint runs BP over tags and links: use --inference bp")
+        tag_average(args, inference)
         return pipeline, lambda sentences, labels=True, mixtures=None: model.parse(sentences, args.batch_size, labels,
                                                                                    mixtures)
     if not isinstance(model, BPParser):
@@ -64,15 +63,21 @@ def load_parser(args: argparse.Namespace) -> tuple[Any, Any]:
         config = resolve(inference, pipeline.manifest, _given_settings(args))
     except ValueError as e:
         raise UsageError(f"--inference {inference}: {e}") from e
-    if tag_average(args) == "joint" and inference != "bp":
-        raise UsageError(f"--tag-average joint runs plain BP over tags and links, not --inference {inference}")
+    tag_average(args, inference)
     return pipeline, lambda sentences, labels=True, mixtures=None, candidates=None: model.parse(
         sentences, config, args.batch_size, labels, mixtures, candidates)
 
 
-def tag_average(args: argparse.Namespace) -> str:
-    """What is averaged over tag sequences: ``--tag-average``, else the model's default."""
-    return getattr(args, "tag_average", None) or args.pipeline.default_tag_average
+def tag_average(args: argparse.Namespace, inference: str | None = None) -> str:
+    """What is averaged over tag sequences (``resolve_tag_average``): ``--tag-average``, else the model's default
+    where it can run with ``--inference`` and ``--tag-samples``."""
+    method = inference or getattr(args, "inference", None) or (
+        "bp" if isinstance(args.pipeline.parser, BPParser) else "exact")
+    try:
+        return resolve_tag_average(getattr(args, "tag_average", None), args.pipeline.default_tag_average, method,
+                                   getattr(args, "tag_samples", None) or 0)
+    except ValueError as e:
+        raise UsageError(f"--tag-average: {e}") from e
 
 
 def tag_inputs(args: argparse.Namespace, sentences: list[Any], retag: bool,
@@ -139,7 +144,8 @@ def resolve_tag_samples(args: argparse.Namespace, single_tagging: bool = False) 
     """``args.tag_samples`` = the explicit value, else the model's default (0 when the command needs a single
     tagging: a decoding constraint, k-best or sampled trees)."""
     if args.tag_samples is None:
-        args.tag_samples = 0 if single_tagging or args.constraint else args.pipeline.default_tag_samples
+        args.tag_samples = 0 if single_tagging or args.constraint or getattr(args, "tag_average", None) == "joint" \
+            else args.pipeline.default_tag_samples
 
 
 CHUNK_SENTENCES = 512

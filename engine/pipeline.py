@@ -86,8 +86,9 @@ class Pipeline:
     @property
     def default_tag_samples(self) -> int:
         """Tag sequences to average the marginals over when a caller does not say (``engine.decode.tag_marginal``):
-        the manifest's ``inference.tag_samples`` for a model with a tagger, else 0."""
-        if self.tagger is None:
+        the manifest's ``inference.tag_samples`` for a model with a tagger, else 0 (and 0 for a model whose
+        default is joint tagging and parsing, which draws none)."""
+        if self.tagger is None or self.default_tag_average == "joint":
             return 0
         return int((self.manifest.get("inference") or {}).get("tag_samples", 0))
 

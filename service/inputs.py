@@ -17,6 +17,7 @@ import numpy as np
 from engine.data.conllu_io import ConlluError, Sentence, read_conllu
 from engine.decode.tag_marginal import TagSequence
 from engine.features.extract import UPOS_TAGS
+from engine.text.tag_candidates import CandidateSettings, TagCandidates
 from service.problems import ProblemError
 from service.registry import ModelEntry
 from service.schemas import MAX_FORM_CHARS, ParseRequest
@@ -88,24 +89,27 @@ def _per_sentence(values: list[list[str]] | None, field: str, tokens: list[list[
 class Tagging:
     """What the model's tagger gave a batch of sentences: each one's tag ``draws`` (none for a sentence that came
     with its tags), and, by sentence index, the tagger's marginal of each chosen UPOS (``upos_probs``) and its
-    whole (words, UPOS labels) marginal matrix (``upos_marginals``, columns ``labels``)."""
+    whole (words, UPOS labels) marginal matrix (``upos_marginals``, columns ``labels``); for joint tagging and
+    parsing, each one's candidate tags (``candidates``, ``engine.text.tag_candidates``)."""
 
     draws: list[list[TagSequence]]
     upos_probs: dict[int, np.ndarray] = field(default_factory=dict)
     upos_marginals: dict[int, np.ndarray] = field(default_factory=dict)
     labels: tuple[str, ...] = ()
+    candidates: dict[int, TagCandidates] = field(default_factory=dict)
 
 
-def tag_sentences(entry: ModelEntry, sents: list[Sentence], samples: int) -> Tagging:
+def tag_sentences(entry: ModelEntry, sents: list[Sentence], samples: int, joint: bool = False) -> Tagging:
     """Tag the sentences without UPOS in place (the model's tagger) and draw ``samples`` tag sequences for each
-    of them. Each sentence's draws are seeded by its words, so they do not depend on the other sentences tagged
-    with it."""
+    of them (``joint``: find their candidate tags instead, with the model's candidate settings). Each
+    sentence's draws are seeded by its words, so they do not depend on the other sentences tagged with it."""
     tagger = entry.pipeline.tagger
     if tagger is None:
         return Tagging([[] for _ in sents])
     found = Tagging([], labels=tuple(tagger.upos_labels))
+    joint_candidates = (CandidateSettings.resolve(entry.manifest), found.candidates) if joint else None
     found.draws = entry.pipeline.tag_and_sample(sents, samples=samples, upos_probs=found.upos_probs,
-                                                upos_marginals=found.upos_marginals)[1]
+                                                upos_marginals=found.upos_marginals, candidates=joint_candidates)[1]
     return found
 
 

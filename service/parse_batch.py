@@ -156,8 +156,9 @@ def _parse_alone(work: ParseWork) -> Parsed | BaseException:
 def _parse_together(work: ParseWork, groups: list[list[Sentence]]) -> list[list[ParsedSentence]]:
     """Tag and parse the sentences of every group in one engine call; the parses split back by group."""
     flat = [s for group in groups for s in group]
-    tagging = tag_sentences(work.entry, flat, work.req.inference.tag_samples or 0)
-    parsed = parsing.run_inference(work.entry, flat, work.req.inference, tagging.draws)
+    joint = parsing.resolve_tags(work.entry, work.req.inference) == "joint"
+    tagging = tag_sentences(work.entry, flat, work.req.inference.tag_samples or 0, joint)
+    parsed = parsing.run_inference(work.entry, flat, work.req.inference, tagging.draws, tagging.candidates)
     parsing.attach_tag_probabilities(parsed, tagging)
     out, start = [], 0
     for group in groups:

@@ -16,16 +16,27 @@ from engine.bp_parser import BPParser
 from engine.data.conllu_io import Sentence, format_sentence
 from engine.decode.calibration import calibrated_all, confidence_comments, model_probabilities
 from engine.decode.conformal import word_sets
-from engine.decode.tag_marginal import TagSequence, parse_over_tag_samples
+from engine.decode.tag_marginal import TagSequence, parse_over_tag_samples, resolve_tag_average
 from engine.features.tag_mixture import TagMixture
 from engine.inference.relaxed import InferenceConfig, marginal_interval
 from engine.inference.settings import method_settings, resolve
 from engine.pipeline import Pipeline
 from engine.results import ParsedSentence
+from engine.text.tag_candidates import TagCandidates
 from service.inputs import Tagging
 from service.problems import ProblemError
 from service.registry import ModelEntry
 from service.schemas import InferenceOptions
+
+
+def resolve_tags(entry: ModelEntry, options: InferenceOptions) -> str:
+    """The request's ``tag_average``, else the model's default where it can run with the request's method and
+    tag samples (``engine.decode.tag_marginal.resolve_tag_average``); a 422 for joint tags that cannot."""
+    try:
+        return resolve_tag_average(options.tag_average, entry.pipeline.default_tag_average,
+                                   resolve_method(entry, options), options.tag_samples or 0)
+    except ValueError as e:
+        raise ProblemError(422, "Invalid input", str(e), kind="invalid-input", field="inference.tag_average") from e
 
 
 def resolve_method(entry: ModelEntry, options: InferenceOptions) -> str:
@@ -38,18 +49,30 @@ def resolve_method(entry: ModelEntry, options: InferenceOptions) -> str:
 
 
 def run_inference(entry: ModelEntry, sentences: list[Sentence], options: InferenceOptions,
-                  draws: Sequence[Sequence[TagSequence]]) -> list[ParsedSentence]:
+                  draws: Sequence[Sequence[TagSequence]],
+                  candidates: dict[int, TagCandidates] | None = None) -> list[ParsedSentence]:
     """Parse ``sentences``; those with tag ``draws`` (from the model's tagger) are also parsed under them and
-    their marginals averaged (``engine.decode.tag_marginal``)."""
+    their marginals averaged (``engine.decode.tag_marginal``). Under joint tags (``tag_average`` joint), the
+    sentences with tag ``candidates`` (by index) are tagged and parsed together (``BPParser.parse``) and the
+    tags chosen written into them."""
+    powers = None if options.calibration == "none" else entry.pipeline.default_powers
+    if resolve_tags(entry, options) == "joint":
+        found = candidates or {}
+        parsed = _infer(entry, sentences, options, candidates=[found.get(i) for i in range(len(sentences))])
+        for sentence, p in zip(sentences, parsed, strict=True):
+            if p.upos is not None:
+                sentence.upos, sentence.xpos = list(p.upos), list(p.xpos or [])
+        return calibrated_all(parsed, powers)
     parsed = parse_over_tag_samples(
         sentences, draws, lambda batch: _infer(entry, batch, options), entry.parser.constraint, entry.parser.labeler,
         lambda copies, mixtures=None: _infer(entry, copies, options, labels=False, mixtures=mixtures),
-        average=options.tag_average or entry.pipeline.default_tag_average)
-    return calibrated_all(parsed, None if options.calibration == "none" else entry.pipeline.default_powers)
+        average=resolve_tags(entry, options))
+    return calibrated_all(parsed, powers)
 
 
 def _infer(entry: ModelEntry, sentences: list[Sentence], options: InferenceOptions, labels: bool = True,
-           mixtures: Sequence[TagMixture | None] | None = None) -> list[ParsedSentence]:
+           mixtures: Sequence[TagMixture | None] | None = None,
+           candidates: Sequence[TagCandidates | None] | None = None) -> list[ParsedSentence]:
     method = resolve_method(entry, options)
     if method == "exact":
         assert not isinstance(entry.parser, BPParser)
@@ -58,7 +81,7 @@ def _infer(entry: ModelEntry, sentences: list[Sentence], options: InferenceOptio
             p.diagnostics = {"method": "exact", "iterations": None, "converged": True, "residual": None}
         return parsed
     return entry.bp_parser().parse(sentences, inference_config(entry, method, options), labels=labels,
-                                   mixtures=mixtures)
+                                   mixtures=mixtures, candidates=candidates)
 
 
 def inference_config(entry: ModelEntry, method: str, options: InferenceOptions) -> InferenceConfig:
@@ -108,12 +131,13 @@ def fill_morphology(pipeline: Pipeline, sentences: list[Sentence], parsed: list[
 
 
 def attach_tag_probabilities(parsed: list[ParsedSentence], tagging: Tagging) -> None:
-    """Each sentence the model tagged gets its chosen UPOS tags' probabilities (``upos_probs``, unless its
-    inference set them) and its whole tag marginal matrix (``diagnostics["upos_marginals"]``, with the labels)."""
+    """Each sentence the model tagged gets its chosen UPOS tags' probabilities (``upos_probs``) and its whole tag
+    marginal matrix (``diagnostics["upos_marginals"]``, with the labels) from the tagger, unless its inference
+    set them (joint tags: from the tag beliefs, ``engine.decode.joint_tags``)."""
     for i, p in enumerate(parsed):
         if i in tagging.upos_probs and p.upos_probs is None:
             p.upos_probs = tagging.upos_probs[i]
-        if i in tagging.upos_marginals:
+        if i in tagging.upos_marginals and "upos_marginals" not in (p.diagnostics or {}):
             p.diagnostics = {**(p.diagnostics or {}), "upos_marginals": (tagging.labels, tagging.upos_marginals[i])}
 
 
@@ -175,7 +199,8 @@ def marginals_json(sentences: list[Sentence], parsed: list[ParsedSentence], tag_
                    ) -> list[dict[str, Any]]:
     """``marginals[m-1][h] = p(head of m = h)``: the engine's (n+1, n+1) matrix, transposed, ROOT row dropped;
     ``upos_prob`` per word (None for given tags); with ``tag_marginals``, each word's whole UPOS distribution
-    from the tagger (``{tag: p}``, None for a sentence that came with its tags)."""
+    (``{tag: p}``, None for a sentence that came with its tags): the tagger's, or under joint tags the tag
+    beliefs' (``engine.decode.joint_tags``), whose chosen entry is ``upos_prob``."""
     out = []
     for s, p in zip(sentences, parsed, strict=True):
         rows = np.clip(p.marginals[:, 1:].T, 0.0, 1.0)

@@ -66,10 +66,14 @@ class InferenceOptions(BaseModel):
         "drawn from the tagger's posterior (head and label probabilities that account for tagging uncertainty; "
         "/parse, /marginals and /confidence only, which then agree on every head and probability; at most the "
         "service's max_tag_samples). Default: the model's (GET /models), 0 on /kbest and /sample")
-    tag_average: Literal["marginals", "potentials"] | None = Field(
+    tag_average: Literal["marginals", "potentials", "joint"] | None = Field(
         None, description="with tag samples, what is averaged over the tag sequences: marginals (one parse per "
         "distinct sequence) or potentials (one parse per sentence over the factors' potentials averaged across "
-        "the sequences; several times faster). Default: the model's (GET /models)")
+        "the sequences; several times faster); joint: no samples, each word's tag is a variable of the BP "
+        "parser's factor graph over its candidate tags (Smith & Eisner 2008 §3.4; method bp and tag_samples 0 "
+        "only), and upos, upos_prob and tag_marginals come from the tag beliefs. Default: the model's (GET "
+        "/models), where it can run (a model's default of joint gives way to potentials with tag samples or "
+        "method relaxed)")
     calibration: Literal["model", "none"] | None = Field(
         None, description="model (the default): head probabilities through the calibration fitted for the "
         "model on development data (GET /models: head_power; the trees do not change); none: the raw marginals")
@@ -280,7 +284,8 @@ class Token(BaseModel):
     prob: float = Field(description="marginal probability of the chosen head")
     deprel_prob: float = Field(description="probability of the label given the arc")
     upos_prob: float | None = Field(None, description="probability of the chosen UPOS (the tagger's marginal, or "
-                                    "the tag's belief under joint inference); null when the tags were given")
+                                    "under joint inference the tag beliefs', calibrated with the model's "
+                                    "upos_power); null when the tags were given")
     feats_prob: float | None = Field(None, description="probability of the predicted FEATS bundle (null when "
                                      "FEATS were given or the model has no morphological features)")
 
@@ -326,7 +331,8 @@ class MarginalsSentence(BaseModel):
     upos_prob: list[float | None] | None = Field(None, description="per word, the probability of its UPOS (null "
                                                  "for given tags)")
     tag_marginals: list[dict[str, float]] | None = Field(None, description="with tag_marginals: per word, the "
-                                                         "tagger's probability of every UPOS tag (null when the "
+                                                         "probability of every UPOS tag (the tagger's, or under "
+                                                         "joint inference the tag beliefs'; null when the "
                                                          "sentence came with its tags)")
 
 
@@ -403,7 +409,7 @@ class ModelInfo(BaseModel):
         "the model's, else the method's defaults")
     default_tag_samples: int = Field(0, description="inference.tag_samples of /parse, /marginals and /confidence "
                                      "when a request does not give it")
-    default_tag_average: Literal["marginals", "potentials"] = Field(
+    default_tag_average: Literal["marginals", "potentials", "joint"] = Field(
         "marginals", description="inference.tag_average when a request does not give it")
     head_power: float = Field(1.0, description="the calibration of head probabilities fitted for the model "
                               "(p(h|m)^a renormalised per word; 1: none), applied unless inference.calibration "

@@ -34,6 +34,14 @@ touch it); otherwise it is estimated as ``(prod_m p(head of m))^c`` over the hea
 power map (before the isotonic stage, ``engine.decode.isotonic``: on EWT dev, p_tree ECE 0.020 against 0.030),
 ``c`` fitted by the Brier score against exact match (the product alone treats the words' errors as
 independent and is too low). ``expected_errors`` is ``sum_m 1 - p(head of m)``.
+
+Tags (``upos_power``): a joint parse (``--tag-average joint``, ``engine.decode.joint_tags``) carries each word's
+UPOS distribution from the tag beliefs (``diagnostics["upos_marginals"]``); it gets the power map of the
+heads, ``p(t)^d / sum_t' p(t')^d`` per word, and ``upos_prob`` is the chosen UPOS's entry after it, so the
+reported distribution and probability stay one. ``d`` is fitted by the Brier score of the chosen UPOS's
+probability against "UPOS right". Tags from the tagger alone (``marginals``, ``potentials``) are reported as
+the tagger gives them: its marginals are calibrated as they are (EWT dev UPOS ECE 0.008), and ``calibrate``
+fits ``upos_power`` only on joint parses.
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ from engine.results import ParsedSentence
 DEFAULT_POWER = 1.0
 POWER_BOUNDS = (0.05, 20.0)
 # the manifest's ``inference`` keys of the calibration maps; each defaults to DEFAULT_POWER within POWER_BOUNDS
-POWER_KEYS = ("head_power", "label_power", "tree_power")
+POWER_KEYS = ("head_power", "label_power", "tree_power", "upos_power")
 
 
 def check_power(value: object, name: str = "head_power") -> float:
@@ -77,19 +85,24 @@ def manifest_calibration(inference: dict | None) -> dict[str, Any]:
 
 def calibrated_marginals(marginals: np.ndarray, power: float) -> np.ndarray:
     """(n+1, n+1) arc marginals with column ``m`` (a word's head distribution) mapped to ``p^power``
-    renormalised; computed in log space, zeros stay zero (column 0, the root's, is left as it is)."""
+    renormalised (``powered``; column 0, the root's, is left as it is)."""
     if power == 1.0:
         return marginals
     out = np.array(marginals, dtype=np.float64, copy=True)
-    cols = out[:, 1:]
-    with np.errstate(divide="ignore"):
-        logs = np.where(cols > 0, np.log(np.where(cols > 0, cols, 1.0)) * power, -np.inf)
-    top = logs.max(axis=0, initial=-np.inf)
-    safe = np.where(np.isfinite(top), top, 0.0)
-    weights = np.exp(logs - safe)
-    total = weights.sum(axis=0)
-    out[:, 1:] = np.where(total > 0, weights / np.where(total > 0, total, 1.0), cols)
+    out[:, 1:] = powered(out[:, 1:], power, axis=0)
     return out
+
+
+def powered(probs: np.ndarray, power: float, axis: int) -> np.ndarray:
+    """Distributions along ``axis`` mapped to ``p^power`` renormalised; computed in log space, zeros stay zero
+    (an all-zero distribution stays as it is)."""
+    p = np.asarray(probs, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        logs = np.where(p > 0, np.log(np.where(p > 0, p, 1.0)) * power, -np.inf)
+    top = logs.max(axis=axis, initial=-np.inf, keepdims=True)
+    weights = np.exp(logs - np.where(np.isfinite(top), top, 0.0))
+    total = weights.sum(axis=axis, keepdims=True)
+    return np.where(total > 0, weights / np.where(total > 0, total, 1.0), p)
 
 
 def calibrated_top(probs: np.ndarray, power: float) -> np.ndarray:
@@ -105,8 +118,8 @@ def calibrated_top(probs: np.ndarray, power: float) -> np.ndarray:
 def calibrated_all(parsed: Sequence[ParsedSentence], powers: dict[str, Any] | None) -> list[ParsedSentence]:
     """``calibrated`` with a model's calibration (``manifest_calibration``; None: none, every power 1)."""
     given = powers or {}
-    head, label, tree = (float(given.get(key, DEFAULT_POWER)) for key in POWER_KEYS)
-    return [calibrated(p, head, label, tree, given.get(KEY)) for p in parsed]
+    head, label, tree, upos = (float(given.get(key, DEFAULT_POWER)) for key in POWER_KEYS)
+    return [calibrated(p, head, label, tree, given.get(KEY), upos) for p in parsed]
 
 
 def model_probabilities(parsed: ParsedSentence) -> tuple[np.ndarray, np.ndarray]:
@@ -147,16 +160,32 @@ def tree_confidence(parsed: ParsedSentence, tree_power: float) -> tuple[float, s
     return float(np.exp(tree_power * log_p)) if np.isfinite(log_p) else 0.0, "estimate"
 
 
+def calibrated_tags(parsed: ParsedSentence, power: float) -> ParsedSentence:
+    """A joint parse's UPOS distributions mapped to ``p^power`` renormalised per word and its ``upos_probs`` read
+    from them (module docstring); any other parse as it is."""
+    found = (parsed.diagnostics or {}).get("upos_marginals")
+    if power == 1.0 or parsed.upos is None or found is None:
+        return parsed
+    labels, dist = found
+    dist = powered(dist, power, axis=1)
+    column = {tag: k for k, tag in enumerate(labels)}
+    probs = dist[np.arange(len(dist)), [column[t] for t in parsed.upos]]
+    diagnostics = {**(parsed.diagnostics or {}), "upos_marginals": (labels, dist), "upos_power": power,
+                   "model_upos_probs": parsed.upos_probs}
+    return replace(parsed, upos_probs=probs, diagnostics=diagnostics)
+
+
 def calibrated(parsed: ParsedSentence, power: float, label_power: float = DEFAULT_POWER,
                tree_power: float = DEFAULT_POWER,
-               head_knots: tuple[np.ndarray, np.ndarray] | None = None) -> ParsedSentence:
+               head_knots: tuple[np.ndarray, np.ndarray] | None = None,
+               upos_power: float = DEFAULT_POWER) -> ParsedSentence:
     """``parsed`` with calibrated marginals (the power map, then the isotonic stage when ``head_knots`` are
-    given: ``engine.decode.isotonic``), head and label probabilities (its tree and labels as they are) and its
-    sentence confidence in ``diagnostics`` (``p_tree``, ``p_tree_source``, ``expected_errors``; the raw head
-    probabilities as ``model_head_probs`` when they were mapped)."""
+    given: ``engine.decode.isotonic``), head, label and (joint parses) tag probabilities (its tree, labels and
+    tags as they are) and its sentence confidence in ``diagnostics`` (``p_tree``, ``p_tree_source``,
+    ``expected_errors``; the raw head probabilities as ``model_head_probs`` when they were mapped)."""
     if parsed.marginals is None:
         return parsed
-    out = parsed
+    out = calibrated_tags(parsed, upos_power)
     if power != 1.0 or head_knots is not None:
         marginals = calibrated_marginals(parsed.marginals, power)
         m = np.arange(1, len(parsed.heads))
@@ -248,3 +277,18 @@ def fit_label_and_tree_powers(parses: Sequence[ParsedSentence], gold: Sequence[o
     finite = np.isfinite(logs)
     tree = fit_tree_power(np.asarray(logs)[finite], np.asarray(exact)[finite]) if finite.any() else DEFAULT_POWER
     return {"label_power": label, "tree_power": tree}
+
+
+def fit_upos_power(parses: Sequence[ParsedSentence], gold: Sequence[object]) -> float | None:
+    """The tag power minimising the Brier score of the joint parses' chosen UPOS probabilities after
+    ``calibrated_tags`` against the ``gold`` sentences' UPOS; None when no parse has joint tags."""
+    joint = [(p, g) for p, g in zip(parses, gold, strict=True)
+             if p.upos is not None and "upos_marginals" in (p.diagnostics or {})]
+    if not joint:
+        return None
+    right = np.concatenate([np.asarray(p.upos) == np.asarray(g.upos) for p, g in joint])  # type: ignore[attr-defined]
+
+    def brier(d: float) -> float:
+        probs = np.concatenate([np.asarray(calibrated_tags(p, d).upos_probs) for p, _ in joint])
+        return float(((probs - right) ** 2).mean())
+    return minimise_power(brier)

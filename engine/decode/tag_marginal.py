@@ -76,6 +76,23 @@ def check_tag_average(value: object) -> str:
     return str(value)
 
 
+def resolve_tag_average(given: str | None, default: str, method: str, samples: int) -> str:
+    """What a parse averages over tag sequences: the caller's ``given``, else the model's ``default``. Joint
+    tagging and parsing runs plain BP and draws no samples: asked for (``given``) with another ``method`` or
+    with tag ``samples`` it is a ValueError; a model's default of joint gives way to ``potentials`` (averaging
+    over the samples asked for, or over none: the tagger's 1-best tags) where it cannot run."""
+    if given is not None:
+        check_tag_average(given)
+        if given == "joint" and method != "bp":
+            raise ValueError(f"tag_average joint runs plain BP over tags and links, not method {method}")
+        if given == "joint" and samples:
+            raise ValueError("tag_average joint draws no tag samples: give tag_samples 0 or another tag_average")
+        return given
+    if check_tag_average(default) == "joint" and (method != "bp" or samples):
+        return "potentials"
+    return default
+
+
 Weighted = list[tuple[TagSequence, int]]  # distinct tag sequences of one sentence and how often each was drawn
 
 

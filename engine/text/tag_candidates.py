@@ -12,8 +12,8 @@ compute by up to ``TAG_CANDIDATES``). Those two defaults are declared here once 
 The candidates restrict the tagger's CRF (``engine.text.tagger``): TAG_i is its emission log-potential of
 each candidate state, CHAIN its transitions between the candidates of neighbouring words and its start and
 end scores. Padding slots (a word with fewer candidates than the sentence's widest) have emission ``-inf``.
-``mass`` and ``rest`` keep what pruning left out of the tagger's posterior, so that a word's reported UPOS
-probability can count it (``engine.decode.joint_tags``).
+``mass`` and ``pruned`` keep what pruning left out of the tagger's posterior, so that a word's reported UPOS
+distribution can count it (``engine.decode.joint_tags``).
 """
 
 from __future__ import annotations
@@ -66,7 +66,9 @@ class TagCandidates:
     start: np.ndarray  # (g,) log-potential of the first word's slots
     end: np.ndarray  # (g,) of the last word's
     mass: np.ndarray  # (n,) the tagger's marginal probability of each word's candidate states together
-    rest: np.ndarray  # (n, g) the tagger's marginal of the pruned states with the UPOS of each slot
+    pruned: np.ndarray  # (n, U) the tagger's marginal of each UPOS's pruned states (its states not candidates)
+    slot_upos: np.ndarray  # (n, g) int64 each slot's UPOS as a column of ``pruned`` (``upos_labels``)
+    upos_labels: tuple[str, ...]  # the tagger's UPOS labels: the columns of ``pruned``
 
 
 def choose_states(marginals: np.ndarray, best: np.ndarray, settings: CandidateSettings,
@@ -97,19 +99,22 @@ def restrict(emissions: np.ndarray, transitions: np.ndarray, states: np.ndarray,
              labels: tuple[list[str], list[str], np.ndarray], marginals: np.ndarray) -> TagCandidates:
     """The CRF of one sentence (emissions (n, S), transitions (S+1, S+1) with the start row and end column
     last) restricted to the candidate ``states``; ``labels`` = (UPOS labels, XPOS labels, the (S, 2) states);
-    ``marginals`` (n, S) the tagger's state marginals (for ``mass`` and ``rest``)."""
+    ``marginals`` (n, S) the tagger's state marginals (for ``mass`` and ``pruned``)."""
     upos_labels, xpos_labels, pairs = labels
     kept = np.where(allowed, np.take_along_axis(marginals, states, axis=1), 0.0)
     slot_upos = pairs[states, 0]
     by_upos = np.zeros((len(marginals), len(upos_labels)))
     np.add.at(by_upos, (np.repeat(np.arange(len(marginals)), marginals.shape[1]), np.tile(pairs[:, 0], len(marginals))),
               marginals.reshape(-1))
-    same = (slot_upos[:, :, None] == slot_upos[:, None, :]) & allowed[:, None, :]
-    rest = np.maximum(np.take_along_axis(by_upos, slot_upos, axis=1) - (same * kept[:, None, :]).sum(axis=2), 0.0)
+    kept_by_upos = np.zeros_like(by_upos)
+    np.add.at(kept_by_upos, (np.repeat(np.arange(len(marginals)), states.shape[1]), slot_upos.reshape(-1)),
+              kept.reshape(-1))
+    pruned = np.maximum(by_upos - kept_by_upos, 0.0)
     end_state = transitions.shape[0] - 1
     em = np.where(allowed, np.take_along_axis(emissions, states, axis=1), -np.inf)
     trans = transitions[states[:-1, :, None], states[1:, None, :]]
     upos = [[upos_labels[pairs[t, 0]] for t in row[ok]] for row, ok in zip(states, allowed, strict=True)]
     xpos = [[xpos_labels[pairs[t, 1]] for t in row[ok]] for row, ok in zip(states, allowed, strict=True)]
     return TagCandidates(states, allowed, upos, xpos, em, trans, transitions[end_state, states[0]],
-                         transitions[states[-1], end_state], kept.sum(axis=1), rest)
+                         transitions[states[-1], end_state], kept.sum(axis=1), pruned, slot_upos,
+                         tuple(upos_labels))

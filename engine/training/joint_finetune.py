@@ -25,7 +25,7 @@ from engine.bp_parser import BPParser
 from engine.data.conllu_io import check_parsable, read_conllu
 from engine.inference.bp import BPConfig
 from engine.inference.settings import resolve
-from engine.model.store import ModelError
+from engine.model.store import ModelError, file_sha256
 from engine.pipeline import Pipeline
 from engine.text.jackknife import jackknife_candidates
 from engine.text.tag_candidates import CandidateSettings
@@ -110,17 +110,32 @@ def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, o
     parser.weights = result.weights
     inference = {**(parser.manifest.get("inference") or {}), "tag_average": "joint",
                  "tag_candidates": {"k": settings.k, "min_marginal": settings.min_marginal}}
-    training = {**(parser.manifest.get("training") or {}), "joint": {
+    joint = {
         "objective": "joint-surrogate-cll" if objective == "joint" else "surrogate-cll (control)",
         "warm_start": f"{os.fspath(model)} ({start})", "train_file": os.path.basename(train_path),
         "sentences": len(gold), "folds": folds, "candidates": {"k": settings.k, "min_marginal": settings.min_marginal},
         "words_with_several_candidates": round(float(several.mean()), 4), "dev_uas_before": round(before, 4),
         "best_epoch": result.best_epoch, "history": result.history, "interrupted": result.interrupted,
-        "config": {**result.config}, "seconds": round(time.perf_counter() - began, 1)}}
-    parser.manifest.update(inference=inference, training=training)
+        "config": {**result.config}, "seconds": round(time.perf_counter() - began, 1)}
+    training, metrics = joint_provenance(parser.manifest, joint, dev_path, config.seed, file_sha256(train_path))
+    parser.manifest.update(inference=inference, training=training, metrics=metrics)
     pipeline.save(out, {"name": os.path.basename(os.fspath(out).rstrip("/")), "inference": inference,
-                        "training": training})
-    return {"model": os.fspath(out), **training["joint"]}
+                        "training": training, "metrics": metrics})
+    return {"model": os.fspath(out), **joint}
+
+
+def joint_provenance(manifest: dict[str, Any], joint: dict[str, Any], dev_path: str | os.PathLike[str],
+                     seed: int, train_sha256: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``training`` and ``metrics`` blocks of a joint-trained model's manifest: this run's train (and its
+    sha256) and dev files, seed, best epoch and summary (``joint``), the start model's training block under
+    ``start``, and as ``metrics.dev`` the best epoch's dev UAS (joint inference; labels not scored): the start
+    model's metrics describe another parser (``python -m engine average`` reads ``metrics.dev.uas`` per source)."""
+    best = [h["dev"] for h in joint["history"] if h.get("epoch") == joint["best_epoch"] and "dev" in h]
+    training = {"train_file": joint["train_file"], "train_sha256": train_sha256,
+                "dev_file": os.path.basename(dev_path), "seed": seed,
+                "best_epoch": joint["best_epoch"], "joint": joint, "start": manifest.get("training") or {}}
+    metrics = {"dev": {"uas": best[0], "tags": "predicted", "tag_average": "joint"}} if best else {}
+    return training, metrics
 
 
 def joint_config(start: str, epochs: int | None, learning_rate: float | None, l2: float | None,

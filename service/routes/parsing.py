@@ -80,6 +80,7 @@ async def _run(state: ServiceState, request: Request, req: ParseRequest, build: 
         default = entry.default_tag_samples if tag_samples_ok else 0
         req = req.model_copy(update={"inference": req.inference.model_copy(update={"tag_samples": default})})
     parsing.resolve_method(entry, req.inference)
+    parsing.resolve_tags(entry, req.inference)  # joint tags asked for where they cannot run: 422 now, not queued
     limits = state.settings  # the service's caps; the engine's bounds are the schema's
     for name, cap in (("iterations", limits.max_iterations), ("rounds", limits.max_rounds),
                       ("tag_samples", limits.max_tag_samples)):

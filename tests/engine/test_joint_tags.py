@@ -29,11 +29,12 @@ def dev(ewt_dir: Path) -> list:
     return read_conllu(ewt_dir / "en_ewt-ud-dev.conllu")[:40]
 
 
-def _tagged(pipeline: Pipeline, gold: list, settings: CandidateSettings, probs: dict | None = None
-            ) -> tuple[list, list]:
+def _tagged(pipeline: Pipeline, gold: list, settings: CandidateSettings, probs: dict | None = None,
+            marginals: dict | None = None) -> tuple[list, list]:
     inputs = [s.copy() for s in gold]
     found: dict = {}
-    pipeline.tag_and_sample(inputs, retag=True, candidates=(settings, found), upos_probs=probs)
+    pipeline.tag_and_sample(inputs, retag=True, candidates=(settings, found), upos_probs=probs,
+                            upos_marginals=marginals)
     return inputs, [found[i] for i in range(len(inputs))]
 
 
@@ -72,10 +73,12 @@ def test_candidates_restrict_the_taggers_crf(shipped: Pipeline, dev: list) -> No
 
 
 def test_one_candidate_per_word_is_todays_parse(shipped: Pipeline, dev: list) -> None:
-    """... and each word's ``upos_prob`` is the tagger's marginal of its UPOS (the joint beliefs on the
-    candidates, scaled to their tagger mass, plus the tagger's marginals of the pruned states)."""
+    """... and each word's ``upos_prob`` is the tagger's marginal of its UPOS, its UPOS distribution the tagger's
+    (the joint beliefs on the candidates, scaled to their tagger mass, plus the tagger's marginals of the pruned
+    states)."""
     tagger_probs: dict = {}
-    inputs, cands = _tagged(shipped, dev, CandidateSettings(k=1), tagger_probs)
+    tagger_marginals: dict = {}
+    inputs, cands = _tagged(shipped, dev, CandidateSettings(k=1), tagger_probs, tagger_marginals)
     joint = shipped.parser.parse(inputs, candidates=cands)
     today = shipped.parser.parse(inputs)
     for a, b, s in zip(joint, today, inputs, strict=True):
@@ -84,6 +87,9 @@ def test_one_candidate_per_word_is_todays_parse(shipped: Pipeline, dev: list) ->
         assert a.deprels == b.deprels and a.upos == s.upos and a.xpos == s.xpos
     for j, a in enumerate(joint):
         np.testing.assert_allclose(a.upos_probs, tagger_probs[j], atol=1e-9)
+        labels, dist = a.diagnostics["upos_marginals"]
+        assert list(labels) == list(shipped.tagger.upos_labels)
+        np.testing.assert_allclose(dist, tagger_marginals[j], atol=1e-9)
 
 
 def test_joint_parse_has_trees_and_tags_among_the_candidates(shipped: Pipeline, dev: list) -> None:
@@ -94,6 +100,10 @@ def test_joint_parse_has_trees_and_tags_among_the_candidates(shipped: Pipeline, 
         np.testing.assert_allclose(p.marginals[:, 1:].sum(axis=0), 1.0, atol=1e-9)
         assert all(u in us and x in xs for u, x, us, xs in zip(p.upos, p.xpos, c.upos, c.xpos, strict=True))
         assert ((p.upos_probs > 0) & (p.upos_probs <= 1 + 1e-12)).all()
+        labels, dist = p.diagnostics["upos_marginals"]  # one distribution per word over every UPOS
+        np.testing.assert_allclose(dist.sum(axis=1), 1.0, atol=1e-9)
+        assert (dist >= 0).all()
+        np.testing.assert_allclose(p.upos_probs, dist[np.arange(len(p.upos)), [labels.index(t) for t in p.upos]])
         assert p.diagnostics["method"] == "bp-joint"
 
 

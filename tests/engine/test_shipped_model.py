@@ -40,12 +40,16 @@ def test_shipped_model_parses_ewt_dev(ewt_dir: Path) -> None:
 PIPELINE = Path(__file__).resolve().parents[2] / "models" / "en_ewt-pipeline"
 
 
-def test_default_model_is_the_full_pipeline() -> None:
+JOINT = PIPELINE.parent / "en_ewt-joint"
+
+
+def test_default_model_is_the_joint_pipeline_and_the_old_one_stays_by_name() -> None:
     from engine.pipeline import Pipeline
 
     default = PIPELINE.parent / "en_ewt"
-    assert default.is_symlink() and default.resolve() == PIPELINE.resolve()
-    assert sum(p.stat().st_size for p in PIPELINE.iterdir()) < 120 * 2**20  # half-precision arrays (183 MB at float32)
+    assert default.is_symlink() and default.resolve() == JOINT.resolve()
+    for directory in (JOINT, PIPELINE):
+        assert sum(p.stat().st_size for p in directory.iterdir()) < 120 * 2**20  # half-precision arrays
     pipeline = Pipeline.load(default)
     assert pipeline.components == ["tokenizer", "tagger", "parser", "labeler", "lemmatizer", "morph"]
     # the parser is the mean of several seeds' weights (engine average); every source records its training
@@ -56,10 +60,15 @@ def test_default_model_is_the_full_pipeline() -> None:
                for source in sources)
     origin = training.get("components_from", training)
     assert origin["train_file"] == "en_ewt-ud-train.conllu" and len(origin["train_sha256"]) == 64
-    assert pipeline.default_tag_samples == 16
+    # tags are variables of the parser's graph (issue 23), with the tag calibration fitted for them
+    assert pipeline.default_tag_average == "joint" and pipeline.default_tag_samples == 0
+    assert pipeline.manifest["inference"]["tag_candidates"] == {"k": 3, "min_marginal": 0.1}
+    assert pipeline.default_powers["upos_power"] != 1.0
     assert pipeline.labeler.info["tag_samples"] == 1  # trained on one tag-sample copy of each sentence too
     assert pipeline.parser.constraint.tree == "nonprojective" and pipeline.parser.constraint.root == "single"
-    assert pipeline.manifest["metrics"]["dev"]["upos"] >= 95.0  # recorded at training time, predicted tags
+    assert pipeline.manifest["metrics"]["dev"]["upos"] >= 95.0  # recorded by `average --dev`, predicted tags
+    old = Pipeline.load(PIPELINE)  # the previous default, by name
+    assert old.default_tag_average == "potentials" and old.default_tag_samples == 16
 
 
 def test_default_pipeline_parses_raw_text_end_to_end() -> None:

@@ -184,8 +184,10 @@ def test_service_models_lists_default_and_alias(client: TestClient) -> None:
     doc = client.get("/models").json()
     assert doc["default"] == "en_ewt"
     by_name = {m["name"]: m for m in doc["models"]}
-    assert {"en_ewt", "en_ewt-o1", "en_ewt-o2", "en_ewt-pipeline"} <= set(by_name)
-    assert by_name["en_ewt"]["alias_of"] == "en_ewt-pipeline" and by_name["en_ewt-o2"]["alias_of"] is None
+    assert {"en_ewt", "en_ewt-joint", "en_ewt-o1", "en_ewt-o2", "en_ewt-pipeline"} <= set(by_name)
+    assert by_name["en_ewt"]["alias_of"] == "en_ewt-joint" and by_name["en_ewt-o2"]["alias_of"] is None
+    assert by_name["en_ewt"]["default_tag_average"] == "joint" and by_name["en_ewt"]["default_tag_samples"] == 0
+    assert by_name["en_ewt-pipeline"]["default_tag_average"] == "potentials"
     assert not by_name["en_ewt"]["needs_tags"] and by_name["en_ewt-o2"]["needs_tags"]
     assert by_name["en_ewt-o1"]["settings"]["order"] == 1 and by_name["en_ewt-o2"]["settings"]["order"] == 2
     assert by_name["en_ewt-o1"]["metrics"]["dev"]["uas"] > 80 and by_name["en_ewt-o1"]["created"]

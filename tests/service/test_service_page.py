@@ -59,12 +59,15 @@ def _three(client: httpx.Client, body: dict[str, Any]) -> tuple[list[Any], list[
 
 # -- through HTTP -------------------------------------------------------------------------------------
 def test_confidence_is_the_inference_of_parse_and_marginals(server: tuple[ServerProcess, httpx.Client]) -> None:
-    """Raw text for the default model (16 tag samples): /confidence's heads and probabilities are /parse's and
-    /marginals' (it used one tagging and disagreed); an explicit tag_samples is accepted on /confidence."""
+    """Raw text for the default model (joint tags), with tag samples, and for the previous default (16 tag
+    samples): /confidence's heads and probabilities are /parse's and /marginals' (it used one tagging and
+    disagreed); an explicit tag_samples is accepted on /confidence."""
     _, c = server
-    (default,) = [m for m in c.get("/models").json()["models"] if m["name"] == "en_ewt"]
-    assert default["default_tag_samples"] > 0
-    for body in ({"text": TWO_SENTENCES}, {"text": TWO_SENTENCES, "inference": {"tag_samples": 3}}):
+    models = {m["name"]: m for m in c.get("/models").json()["models"]}
+    assert models["en_ewt"]["default_tag_average"] == "joint"
+    assert models["en_ewt-pipeline"]["default_tag_samples"] > 0
+    for body in ({"text": TWO_SENTENCES}, {"text": TWO_SENTENCES, "inference": {"tag_samples": 3}},
+                 {"text": TWO_SENTENCES, "model": "en_ewt-pipeline"}):
         parsed, marginals, confidence = _three(c, body)
         assert len(parsed) == len(marginals) == len(confidence) == 2
         for p, m, conf in zip(parsed, marginals, confidence, strict=True):
@@ -74,6 +77,7 @@ def test_confidence_is_the_inference_of_parse_and_marginals(server: tuple[Server
                 assert u["prob"] == pytest.approx(t["prob"], abs=1e-9) == pytest.approx(row[t["head"]], abs=1e-9)
                 # bp: eta = 0, the interval is the point of the model's own (uncalibrated) marginal
                 assert u["lower"] == u["upper"] == pytest.approx(u["model_prob"], abs=1e-12) and not u["vacuous"]
+            default = models[str(body.get("model", "en_ewt"))]
             samples = body.get("inference", {}).get("tag_samples", default["default_tag_samples"])
             assert p["inference"]["tag_samples"] == conf["tag_samples"] == samples
 
@@ -82,7 +86,7 @@ def test_confidence_under_relaxed_inference_over_tag_samples(server: tuple[Serve
     """Relaxed inference averaged over tag samples: /confidence reports /parse's eta, the largest of the
     taggings' (so at least the best tagging's alone), and intervals around /parse's probabilities."""
     _, c = server
-    body = {"text": "The dog barks.", "inference": {"method": "relaxed"}}
+    body = {"text": "The dog barks.", "inference": {"method": "relaxed"}, "model": "en_ewt-pipeline"}  # 16 samples
     parsed, _, confidence = _three(c, body)
     single = c.post("/confidence", json={**body, "inference": {"method": "relaxed", "tag_samples": 0}}).json()
     (p,), (conf,) = parsed, confidence

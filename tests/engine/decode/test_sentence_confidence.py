@@ -111,9 +111,9 @@ def test_p_tree_is_estimated_without_an_exact_distribution() -> None:
     assert out.diagnostics["p_tree"] == pytest.approx(p_tree)
 
 
-@pytest.mark.parametrize("key", ["label_power", "tree_power"])
+@pytest.mark.parametrize("key", ["label_power", "tree_power", "upos_power"])
 def test_bad_label_and_tree_powers_are_refused(key: str) -> None:
-    assert manifest_powers({}) == {"head_power": 1.0, "label_power": 1.0, "tree_power": 1.0}
+    assert manifest_powers({}) == {"head_power": 1.0, "label_power": 1.0, "tree_power": 1.0, "upos_power": 1.0}
     with pytest.raises(ValueError, match=key):
         manifest_powers({key: 0})
 

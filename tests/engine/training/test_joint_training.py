@@ -140,6 +140,11 @@ def test_train_joint_writes_a_joint_pipeline_that_evaluate_reads(ewt_dir: Path, 
     assert main(["evaluate", "--model", str(out), "--data", str(dev_file), "--tags", "predicted", "--json"]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert scores["uas"] == pytest.approx(summary["history"][0]["dev"], abs=1e-9)
+    # its own provenance, not the start model's: what `average` reads per source
+    assert manifest["metrics"]["dev"]["uas"] == summary["history"][0]["dev"]
+    assert manifest["training"]["seed"] == 0 and manifest["training"]["train_file"] == "train.conllu"
+    assert len(manifest["training"]["train_sha256"]) == 64 and manifest["training"]["dev_file"] == "dev.conllu"
+    assert manifest["training"]["start"] == shipped_manifest["training"]
     assert main(["train-joint", "--model", str(ROOT_O2), "--train", str(train_file), "--dev", str(dev_file),
                  "--out", str(tmp_path / "no")]) == 2  # no tagger: one line, no model
     assert "needs a pipeline with a tagger" in capsys.readouterr().err
