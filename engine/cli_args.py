@@ -132,7 +132,9 @@ def _add_model_io(p: argparse.ArgumentParser) -> None:
                    "distinct sequence; better calibrated) or 'potentials' (one parse per sentence over the "
                    "factors' potentials averaged across the sequences; faster); default: the model's (manifest "
                    f"inference.tag_average, else {DEFAULT_TAG_AVERAGE}); 'joint': no samples, the tags are "
-                   "variables of the BP parser's factor graph over each word's candidate tags (--tag-candidates)")
+                   "variables of the BP parser's factor graph over each word's candidate tags (--tag-candidates; "
+                   "plain BP and no tag samples: a model's default of joint gives way to 'potentials' under "
+                   "--tag-samples K > 0 or --inference relaxed)")
     p.add_argument("--tag-candidates", type=int, default=None, metavar="K",
                    help="with --tag-average joint: at most K candidate tags per word (default: the model's, manifest "
                    f"inference.tag_candidates.k, else {TAG_CANDIDATES})")

@@ -36,7 +36,8 @@ def resolve_tags(entry: ModelEntry, options: InferenceOptions) -> str:
         return resolve_tag_average(options.tag_average, entry.pipeline.default_tag_average,
                                    resolve_method(entry, options), options.tag_samples or 0)
     except ValueError as e:
-        raise ProblemError(422, "Invalid input", str(e), kind="invalid-input", field="inference.tag_average") from e
+        raise ProblemError(422, "Invalid input", str(e), kind="invalid-input", field="inference.tag_average",
+                           rule="joint-tags") from e
 
 
 def resolve_method(entry: ModelEntry, options: InferenceOptions) -> str:

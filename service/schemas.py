@@ -121,6 +121,8 @@ BEYOND_SCHEMA: dict[str, str] = {
                         "max_words_constituency words per sentence, without tags, xpos, conllu, output conllu, "
                         "inference options or tag_marginals",
     "one-input": "GET /marginals: exactly one of text or tokens; tags and xpos go with tokens",
+    "joint-tags": "inference.tag_average joint goes with BP (method bp, or left out for a model whose default is "
+                  "bp) and tag_samples 0 (or left out for a model that draws none by default)",
     "job-config": "config is a JSON object valid under the JobConfig schema, naming no shipped model (a training "
                   "job), or with kind 'parse' under the ParseJobConfig fields of docs/http-api.md",
     "treebank": "a training job has a train file; train and dev are UTF-8 CoNLL-U with at least one sentence, a word "

@@ -146,7 +146,7 @@ async def _outcome(state: ServiceState, request: Request, ticket: Ticket, deadli
                        headers={"Retry-After": str(state.settings.retry_after_seconds)})
 
 
-BODY_RULES = beyond_schema("tags-shape", "text-tokens", "conllu", "request-words", "model-capability")
+BODY_RULES = beyond_schema("tags-shape", "text-tokens", "conllu", "request-words", "model-capability", "joint-tags")
 """The rules of a parsing request JSON Schema cannot state (``service.schemas.BEYOND_SCHEMA``)."""
 
 

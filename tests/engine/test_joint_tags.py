@@ -124,3 +124,12 @@ def test_cli_evaluate_joint(ewt_dir: Path, tmp_path: Path, capsys: pytest.Captur
     assert json.loads(capsys.readouterr().out)["upos"] > 50  # aligned F1 from raw text
     assert main([*args, "--tag-average", "joint", "--inference", "relaxed"]) == 2
     assert "plain BP" in capsys.readouterr().err
+    assert main([*args, "--tag-average", "joint", "--tag-samples", "2"]) == 2
+    assert "no tag samples" in capsys.readouterr().err
+    # a model whose default is joint (the shipped en_ewt) gives way to potentials where joint cannot run
+    default = ["evaluate", "--model", str(PIPELINE.parent / "en_ewt"), "--data", str(data), "--tags", "predicted",
+               "--json"]
+    assert main([*default, "--inference", "relaxed"]) == 0
+    assert json.loads(capsys.readouterr().out)["tag_samples"] == 0
+    assert main([*default, "--tag-samples", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["tag_samples"] == 2

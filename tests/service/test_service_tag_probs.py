@@ -76,6 +76,7 @@ def test_joint_tags_give_way_or_are_refused_where_they_cannot_run(client: TestCl
         assert client.post("/parse", json={**words, "inference": inference}).status_code == 200
         r = client.post("/parse", json={**words, "inference": {**inference, "tag_average": "joint"}})
         assert r.status_code == 422 and r.json()["field"] == "inference.tag_average", r.text
+        assert r.json()["rule"] == "joint-tags"
 
 
 def test_given_tags_have_no_tag_marginals_and_confidence_refuses_them(client: TestClient) -> None:
