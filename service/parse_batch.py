@@ -158,7 +158,8 @@ def _parse_together(work: ParseWork, groups: list[list[Sentence]]) -> list[list[
     flat = [s for group in groups for s in group]
     joint = parsing.resolve_tags(work.entry, work.req.inference) == "joint"
     tagging = tag_sentences(work.entry, flat, work.req.inference.tag_samples or 0, joint)
-    parsed = parsing.run_inference(work.entry, flat, work.req.inference, tagging.draws, tagging.candidates)
+    parsed = parsing.run_inference(work.entry, flat, work.req.inference, tagging.draws,
+                                   tagging.candidates if joint else None)
     parsing.attach_tag_probabilities(parsed, tagging)
     out, start = [], 0
     for group in groups:

@@ -53,13 +53,12 @@ def run_inference(entry: ModelEntry, sentences: list[Sentence], options: Inferen
                   draws: Sequence[Sequence[TagSequence]],
                   candidates: dict[int, TagCandidates] | None = None) -> list[ParsedSentence]:
     """Parse ``sentences``; those with tag ``draws`` (from the model's tagger) are also parsed under them and
-    their marginals averaged (``engine.decode.tag_marginal``). Under joint tags (``tag_average`` joint), the
-    sentences with tag ``candidates`` (by index) are tagged and parsed together (``BPParser.parse``) and the
-    tags chosen written into them."""
+    their marginals averaged (``engine.decode.tag_marginal``). Given ``candidates`` (joint tags: ``resolve_tags``
+    gave joint), the sentences with candidates (by index) are tagged and parsed together (``BPParser.parse``)
+    and the tags chosen written into them."""
     powers = None if options.calibration == "none" else entry.pipeline.default_powers
-    if resolve_tags(entry, options) == "joint":
-        found = candidates or {}
-        parsed = _infer(entry, sentences, options, candidates=[found.get(i) for i in range(len(sentences))])
+    if candidates is not None:
+        parsed = _infer(entry, sentences, options, candidates=[candidates.get(i) for i in range(len(sentences))])
         for sentence, p in zip(sentences, parsed, strict=True):
             if p.upos is not None:
                 sentence.upos, sentence.xpos = list(p.upos), list(p.xpos or [])
