@@ -28,7 +28,7 @@ from engine.graph.build import SentenceGraph, build_graph
 from engine.graph.family import FactorFamily, all_arcs
 from engine.graph.tags import joint_factors
 from engine.inference.bp import BPConfig, BPResult
-from engine.inference.joint_bp import JointResult, run_joint_bp
+from engine.inference.joint_bp import JointGraph, JointResult, run_joint_bp, run_joint_bp_many
 from engine.inference.relaxed import InferenceConfig, RelaxedResult, infer_many
 from engine.inference.settings import resolve
 from engine.kernels.exact import TreeConstraint, exact_marginals
@@ -259,9 +259,12 @@ class BPParser:
                 fixed = cands[k]
                 if fixed is not None:
                     _fixed_tags(parsed, fixed)
-            for k in joint:
-                i, graph, _ = batch[k]
-                out[i] = self.parse_joint(sentences[i], graph, candidates[i], config)  # type: ignore[index,arg-type]
+            if joint:
+                assert candidates is not None
+                together = self.parse_joint_many([sentences[batch[k][0]] for k in joint], [batch[k][1] for k in joint],
+                                                 [candidates[batch[k][0]] for k in joint], config)  # type: ignore[misc]
+                for k, parsed in zip(joint, together, strict=True):
+                    out[batch[k][0]] = parsed
             seconds = (time.perf_counter() - start) / len(batch)
             for i, _, _ in batch:
                 diagnostics = out[i].diagnostics  # type: ignore[union-attr]
@@ -280,32 +283,48 @@ class BPParser:
     def parse_joint(self, sentence: Tokens, graph: SentenceGraph, candidates: TagCandidates,
                     config: InferenceConfig) -> ParsedSentence:
         """One sentence parsed jointly with its tags (Smith & Eisner 2008 §3.4; ``engine.inference.joint_bp``):
-        ``graph`` (built under the sentence's 1-best tags) with LINK replaced by TAGLINK over the kept arcs,
-        whose potentials are the first-order weights' scores under each candidate pair of (head, dependent)
-        (``ArcScorer.candidate_scores``: the head's and the dependent's own UPOS/XPOS vary, the templates that
-        read other words' tags, context and in-between, read the 1-best tags), plus TAG and CHAIN from the
-        tagger's CRF restricted to the ``candidates``. The higher-order factors read the 1-best tags, as
-        without joint tags. The tree is the MBR tree of the link beliefs (``decode``), the tags the MBR tags of
-        the tag beliefs (``engine.decode.joint_tags``); unlabelled (``parse`` labels under the chosen tags)."""
+        ``graph`` (built under the sentence's 1-best tags) with LINK replaced by TAGLINK over the kept arcs
+        (``joint_graph``), plus TAG and CHAIN from the tagger's CRF restricted to the ``candidates``. The tree is
+        the MBR tree of the link beliefs (``decode``), the tags the MBR tags of the tag beliefs
+        (``engine.decode.joint_tags``); unlabelled (``parse`` labels under the chosen tags)."""
+        return self.parse_joint_many([sentence], [graph], [candidates], config)[0]
+
+    def parse_joint_many(self, sentences: Sequence[Tokens], graphs: Sequence[SentenceGraph],
+                         candidates: Sequence[TagCandidates], config: InferenceConfig) -> list[ParsedSentence]:
+        """``parse_joint`` of each sentence, their joint BP runs stacked by length (``run_joint_bp_many``: each
+        result its sentence's alone, up to rounding)."""
         if not isinstance(config, BPConfig):
             raise ValueError("joint tagging and parsing runs plain BP (inference bp), not relaxed or pruned BP")
-        result, _ = self.run_joint(sentence, graph, candidates, config)
-        parsed = self.decode(sentence, graph, result.links, labels=False)
-        _set_tags(parsed, result.tags, candidates)
-        assert parsed.diagnostics is not None
-        parsed.diagnostics.update(method="bp-joint", tag_candidates=int(candidates.allowed.sum()))
-        return parsed
+        joint = [self.joint_graph(s, g, c) for s, g, c in zip(sentences, graphs, candidates, strict=True)]
+        out = []
+        for sentence, graph, cands, result in zip(sentences, graphs, candidates, run_joint_bp_many(joint, config),
+                                                  strict=True):
+            parsed = self.decode(sentence, graph, result.links, labels=False)
+            _set_tags(parsed, result.tags, cands)
+            assert parsed.diagnostics is not None
+            parsed.diagnostics.update(method="bp-joint", tag_candidates=int(cands.allowed.sum()))
+            out.append(parsed)
+        return out
 
-    def run_joint(self, sentence: Tokens, graph: SentenceGraph, candidates: TagCandidates,
-                  config: BPConfig) -> tuple[JointResult, list[FactorFamily]]:
-        """Joint BP on ``graph`` with LINK replaced by TAGLINK over its kept arcs (``parse_joint``; the joint
-        trainer, ``engine.training.joint``, reads the same run): the result and the link families it ran, in
-        the order of ``result.links.incoming``."""
+    def joint_graph(self, sentence: Tokens, graph: SentenceGraph, candidates: TagCandidates) -> JointGraph:
+        """``graph``'s families with LINK replaced by TAGLINK over its kept arcs, whose potentials are the
+        first-order weights' scores under each candidate pair of (head, dependent) (``ArcScorer.candidate_scores``:
+        the head's and the dependent's own UPOS/XPOS vary, the templates that read other words' tags, context and
+        in-between, read the 1-best tags), with CHAIN and the TAG emissions of the ``candidates``
+        (``engine.graph.tags.joint_factors``). The higher-order factors read the 1-best tags, as without joint
+        tags."""
         heads, deps = np.nonzero(graph.valid)
         theta = self.arc_scorer().candidate_scores(sentence, candidates.upos, candidates.xpos, heads, deps)
         taglink, chain, emissions = joint_factors(graph.n, heads, deps, theta, candidates)
         families = [f for f in graph.families if f is not graph.link]
-        return run_joint_bp(families, graph.valid, taglink, chain, emissions, config), families
+        return families, graph.valid, taglink, chain, emissions
+
+    def run_joint(self, sentence: Tokens, graph: SentenceGraph, candidates: TagCandidates,
+                  config: BPConfig) -> tuple[JointResult, list[FactorFamily]]:
+        """Joint BP on ``joint_graph`` (the joint trainer, ``engine.training.joint``, reads the same run): the
+        result and the link families it ran, in the order of ``result.links.incoming``."""
+        joint = self.joint_graph(sentence, graph, candidates)
+        return run_joint_bp(*joint, config), list(joint[0])
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None,

@@ -30,6 +30,8 @@ as every family of ``engine.graph.family`` sends. BP over links and tags togethe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from numba import njit  # type: ignore[import-untyped]
 
@@ -61,6 +63,30 @@ class TagLink:
         # arcs with a word of several candidates; on the others (both words one slot) the messages are constant:
         # theta[0, 0] to the link and 0 to the tags, whatever comes in
         self.varying = np.flatnonzero(pair.reshape(len(pair), -1).sum(axis=1) > 1)
+        self.bounds: np.ndarray | None = None  # a stack's sentence j: arcs bounds[j]:bounds[j+1] (``stack``)
+
+    @classmethod
+    def stack(cls, parts: Sequence[TagLink]) -> TagLink:
+        """The TAGLINK factors of several sentences of one length as one (``engine.inference.joint_bp``'s
+        stacks): tag rows ``j (n+1) + i`` and flat arcs ``j (n+1)^2 + h (n+1) + m`` for sentence ``j``, every
+        sentence's slots padded to the widest sentence's ``g`` with slots no factor allows (``-inf`` potentials:
+        the padded sums add exact zeros, so each sentence's messages are its own). One part is itself."""
+        if len(parts) == 1:
+            return parts[0]
+        n, g = parts[0].n, max(p.allowed.shape[1] for p in parts)
+        if any(p.n != n or p.bounds is not None for p in parts):
+            raise ValueError("a stack of TAGLINK factors needs unstacked sentences of one length")
+        rows, arcs = n + 1, np.cumsum([0] + [p.size for p in parts])
+        out = cls.__new__(cls)
+        out.n, out.bounds = n, arcs
+        out.heads = np.concatenate([p.heads + j * rows for j, p in enumerate(parts)])
+        out.deps = np.concatenate([p.deps + j * rows for j, p in enumerate(parts)])
+        out.flat = np.concatenate([p.flat + j * rows * rows for j, p in enumerate(parts)])
+        out.varying = np.concatenate([p.varying + arcs[j] for j, p in enumerate(parts)])
+        out.allowed = np.concatenate([pad_slots(p.allowed, g, False) for p in parts])
+        out.theta = np.concatenate([pad_slots(pad_slots(p.theta, g, -np.inf).swapaxes(1, 2), g, -np.inf).swapaxes(1, 2)
+                                    for p in parts])
+        return out
 
     @property
     def size(self) -> int:
@@ -88,18 +114,21 @@ class TagLink:
                         r, u, v, to_link, to_head, to_dep)
         return to_link, to_head, to_dep
 
-    def on_beliefs(self, link_in: np.ndarray, head_in: np.ndarray, dep_in: np.ndarray) -> np.ndarray:
+    def on_beliefs(self, link_in: np.ndarray, head_in: np.ndarray, dep_in: np.ndarray,
+                   arcs: slice = slice(None)) -> np.ndarray:
         """The factor beliefs b(L = 1, T_h = a, T_m = b) (A, g, g) from the same incoming messages as
         ``propagate`` (Smith & Eisner 2008 eq. 6: the factor times every incoming message, normalised over the
         factor's configurations): ``exp(theta[a, b] + r + u[a] + v[b]) / Z``, with ``Z`` adding the ``L = 0``
         configurations ``exp(u[a] + v[b])``; 0 on pairs that are not candidates. Summed over (a, b) it is the
         factor's belief that the link is on; surrogate CLL (``engine.training.joint``) reads it as the expected
-        count of each candidate pair's arc features."""
-        pair = np.isfinite(self.theta)
-        u = np.where(self.allowed[self.heads], head_in, -np.inf)[:, :, None]
-        v = np.where(self.allowed[self.deps], dep_in, -np.inf)[:, None, :]
+        count of each candidate pair's arc features. ``arcs``: those of the factors only (the incoming messages
+        are theirs)."""
+        theta, heads, deps = self.theta[arcs], self.heads[arcs], self.deps[arcs]
+        pair = np.isfinite(theta)
+        u = np.where(self.allowed[heads], head_in, -np.inf)[:, :, None]
+        v = np.where(self.allowed[deps], dep_in, -np.inf)[:, None, :]
         off = np.where(pair, u + v, -np.inf)
-        on = np.where(pair, self.theta + np.asarray(link_in, dtype=np.float64)[:, None, None] + off, -np.inf)
+        on = np.where(pair, theta + np.asarray(link_in, dtype=np.float64)[:, None, None] + off, -np.inf)
         top = np.maximum(on.max(axis=(1, 2)), off.max(axis=(1, 2)))[:, None, None]
         top = np.where(np.isfinite(top), top, 0.0)
         p_on, p_off = np.exp(on - top), np.exp(off - top)
@@ -202,9 +231,18 @@ def _chain_messages(incoming: np.ndarray, transitions: np.ndarray, start: np.nda
             out[i, a] += beta[i, a]
 
 
+@njit(cache=True, nogil=True)
+def _chain_messages_many(incoming: np.ndarray, transitions: np.ndarray, start: np.ndarray, end: np.ndarray,
+                         out: np.ndarray) -> None:
+    """``_chain_messages`` of each chain of a stack (leading axis: the sentence)."""
+    for j in range(incoming.shape[0]):
+        _chain_messages(incoming[j], transitions[j], start[j], end[j], out[j])
+
+
 class TagChain:
     """CHAIN over ``T_1..T_n``: log-potentials ``transitions`` (n-1, g, g), ``start`` and ``end`` (g,) of the
-    candidate slots (padding slots are excluded through ``allowed`` (n+1, g), row 0 ROOT)."""
+    candidate slots (padding slots are excluded through ``allowed`` (n+1, g), row 0 ROOT). A stack of
+    ``count`` sentences' chains (``stack``) holds them with a leading axis and ``allowed`` (count (n+1), g)."""
 
     name = "chain"
 
@@ -212,18 +250,41 @@ class TagChain:
         n, g = allowed.shape[0] - 1, allowed.shape[1]
         if transitions.shape != (max(n - 1, 0), g, g) or start.shape != (g,) or end.shape != (g,):
             raise ValueError("transitions must be (n-1, g, g), start and end (g,)")
-        self.n, self.allowed = n, allowed
+        self.n, self.allowed, self.count = n, allowed, 1
         self.transitions = np.ascontiguousarray(transitions, dtype=np.float64)
         self.start = np.ascontiguousarray(start, dtype=np.float64)
         self.end = np.ascontiguousarray(end, dtype=np.float64)
 
+    @classmethod
+    def stack(cls, parts: Sequence[TagChain]) -> TagChain:
+        """The chains of several sentences of one length as one (``TagLink.stack``'s rows and padding: the
+        padded slots' potentials are ``-inf``). One part is itself."""
+        if len(parts) == 1:
+            return parts[0]
+        n, g = parts[0].n, max(p.allowed.shape[1] for p in parts)
+        if any(p.n != n or p.count != 1 for p in parts):
+            raise ValueError("a stack of chains needs unstacked sentences of one length")
+        out = cls.__new__(cls)
+        out.n, out.count = n, len(parts)
+        out.allowed = np.concatenate([pad_slots(p.allowed, g, False) for p in parts])
+        out.transitions = np.stack([pad_slots(pad_slots(p.transitions, g, -np.inf).swapaxes(1, 2), g, -np.inf)
+                                    .swapaxes(1, 2) for p in parts])
+        out.start = np.stack([pad_slots(p.start, g, -np.inf) for p in parts])
+        out.end = np.stack([pad_slots(p.end, g, -np.inf) for p in parts])
+        return out
+
     def propagate(self, incoming: np.ndarray) -> np.ndarray:
-        """Messages (n, g) to ``T_1..T_n`` from incoming log-messages (n, g; ``-inf`` on padding)."""
-        words = self.allowed[1:]
+        """Messages (n, g) to ``T_1..T_n`` from incoming log-messages (n, g; ``-inf`` on padding); for a stack,
+        (count n, g) to every sentence's words in order."""
+        g = self.allowed.shape[1]
+        words = self.allowed.reshape(self.count, self.n + 1, g)[:, 1:].reshape(-1, g)
         inc = np.ascontiguousarray(np.where(words, incoming, -np.inf))
         out = np.empty(inc.shape)
-        if self.n:
+        if self.n and self.count == 1:
             _chain_messages(inc, self.transitions, self.start, self.end, out)
+        elif self.n:
+            shape = (self.count, self.n, g)
+            _chain_messages_many(inc.reshape(shape), self.transitions, self.start, self.end, out.reshape(shape))
         return normalised(out, words)
 
     def log_potential(self, slots: np.ndarray) -> float:
@@ -233,6 +294,14 @@ class TagChain:
             return 0.0
         inner = self.transitions[np.arange(len(t) - 1), t[:-1], t[1:]].sum()
         return float(self.start[t[0]] + inner + self.end[t[-1]])
+
+
+def pad_slots(values: np.ndarray, width: int, fill: object) -> np.ndarray:
+    """``values`` with its last axis (the candidate slots) padded with ``fill`` to ``width``."""
+    extra = width - values.shape[-1]
+    if not extra:
+        return values
+    return np.concatenate([values, np.full((*values.shape[:-1], extra), fill, dtype=values.dtype)], axis=-1)
 
 
 def joint_factors(n: int, heads: np.ndarray, deps: np.ndarray, theta: np.ndarray, candidates: TagCandidates

@@ -30,8 +30,8 @@ import numpy as np
 from scipy.special import expit
 
 from engine.graph.family import FactorFamily
-from engine.graph.tags import TagChain, TagLink, normalised
-from engine.inference.bp import BPConfig, BPResult, stages
+from engine.graph.tags import TagChain, TagLink, normalised, pad_slots
+from engine.inference.bp import BPConfig, BPResult, stack_chunks, stack_graphs, stages
 
 
 @dataclass
@@ -47,12 +47,17 @@ class JointResult:
 
 
 class _State:
-    """The messages and beliefs of one run (see the module docstring), with one update per unit."""
+    """The messages and beliefs of one run (see the module docstring), with one update per unit, on one
+    sentence or a stack of ``count`` sentences of one length (stacked families, ``TagLink.stack`` and
+    ``TagChain.stack``: flat link beliefs over ``count (n+1)^2`` arcs, tag rows ``count (n+1)``)."""
 
     def __init__(self, families: Sequence[FactorFamily], valid: np.ndarray, taglink: TagLink, chain: TagChain,
                  emissions: np.ndarray, clip: float) -> None:
         self.families, self.valid, self.taglink, self.chain, self.clip = families, valid, taglink, chain, clip
         self.allowed = taglink.allowed
+        self.count = 1 if valid.ndim == 2 else len(valid)
+        rows = np.arange(self.allowed.shape[0])
+        self.words = rows[rows % (taglink.n + 1) != 0]  # the tag rows of words (not ROOT)
         self.packed = [f.initial_packed() for f in families]
         self.b = np.zeros(valid.size)
         for f, m in zip(families, self.packed, strict=True):
@@ -94,7 +99,8 @@ class _State:
 
     def update_chain(self) -> None:
         new = np.zeros(self.tags.shape)
-        new[1:] = self.chain.propagate(self.read_tags[1:] - self.to_chain_tags[1:])
+        w = self.words
+        new[w] = self.chain.propagate(self.read_tags[w] - self.to_chain_tags[w])
         self.tags += np.where(self.allowed, new - self.to_chain_tags, 0.0)
         self.to_chain_tags = new
 
@@ -116,15 +122,49 @@ class _State:
         else:
             self.update_family(0 if unit == 0 else unit - 2)
 
-    def taglink_beliefs(self) -> np.ndarray:
-        """TAGLINK's factor beliefs from the messages it would read now."""
+    def taglink_beliefs(self, arcs: slice = slice(None)) -> np.ndarray:
+        """TAGLINK's factor beliefs from the messages it would read now (of the factors ``arcs``)."""
         tl = self.taglink
-        return tl.on_beliefs(self.b[tl.flat] - self.to_link, self.tags[tl.heads] - self.to_head,
-                             self.tags[tl.deps] - self.to_dep)
+        return tl.on_beliefs(self.b[tl.flat[arcs]] - self.to_link[arcs], self.tags[tl.heads[arcs]] - self.to_head[arcs],
+                             self.tags[tl.deps[arcs]] - self.to_dep[arcs], arcs)
 
     def probabilities(self) -> tuple[np.ndarray, np.ndarray]:
-        """Link beliefs b(L = 1) (flat) and tag beliefs (n+1, g) as probabilities."""
+        """Link beliefs b(L = 1) (flat) and tag beliefs (rows, g) as probabilities."""
         return expit(self.b), np.where(self.allowed, np.exp(normalised(self.tags, self.allowed)), 0.0)
+
+    def results(self, stopped: np.ndarray, tags: np.ndarray, widths: Sequence[int], iterations: int,
+                residual: np.ndarray, config: BPConfig) -> list[JointResult]:
+        """The results of the sentences ``stopped`` of the stack as they are now, each as ``run_joint_bp`` of
+        that sentence alone returns it: ``tags`` the tag probabilities now, ``widths`` each sentence's own
+        number of slots (the stack's padding is cut off)."""
+        rows = self.taglink.n + 1
+        total = [f.gather_flat(self.b) - m for f, m in zip(self.families, self.packed, strict=True)]
+        bounds = self.taglink.bounds
+        out = []
+        for j in stopped:
+            valid = self.valid if self.count == 1 else self.valid[j]
+            log_odds = np.where(valid, self.b.reshape(self.count, -1)[j].reshape(valid.shape), -np.inf)
+            messages = [f.unpack_part(_part(f, m, j)) for f, m in zip(self.families, self.packed, strict=True)]
+            incoming = [f.unpack_part(_part(f, m, j)) for f, m in zip(self.families, total, strict=True)]
+            links = BPResult(expit(log_odds), log_odds, messages, incoming, iterations,
+                             bool(residual[j] < config.tolerance), float(residual[j]))
+            g = widths[j]
+            arcs = slice(None) if bounds is None else slice(bounds[j], bounds[j + 1])
+            out.append(JointResult(links, tags[j * rows:(j + 1) * rows, :g].copy(),
+                                   self.taglink_beliefs(arcs)[:, :g, :g].copy()))
+        return out
+
+
+def _part(family: FactorFamily, packed: np.ndarray, j: int) -> np.ndarray:
+    """Sentence ``j``'s part of a family's packed messages (all of them for an unstacked family)."""
+    if family.bounds is None:
+        return packed.copy()
+    return packed[..., family.bounds[j]:family.bounds[j + 1]].copy()
+
+
+JointGraph = tuple[Sequence[FactorFamily], np.ndarray, TagLink, TagChain, np.ndarray]
+"""One sentence's joint graph: its link families (TREE first, no LINK), valid-arc mask, TAGLINK, CHAIN and
+TAG emissions (``run_joint_bp``'s arguments)."""
 
 
 def run_joint_bp(families: Sequence[FactorFamily], valid: np.ndarray, taglink: TagLink, chain: TagChain,
@@ -132,33 +172,57 @@ def run_joint_bp(families: Sequence[FactorFamily], valid: np.ndarray, taglink: T
     """BP on one sentence's joint graph: ``families`` the link families with TREE first (no LINK: TAGLINK
     holds the arc scores), ``emissions`` (n+1, g) the TAG log-potentials (row 0 ROOT). Damping and tapes
     are not supported (ValueError). ``config``: BP's defaults when None."""
+    return run_joint_bp_many([(families, valid, taglink, chain, emissions)], config)[0]
+
+
+def run_joint_bp_many(graphs: Sequence[JointGraph], config: BPConfig | None = None) -> list[JointResult]:
+    """``run_joint_bp`` on each of ``graphs``, in order: the sentences of one length with the same family
+    classes run as one stack (``engine.inference.bp.stack_chunks``: every update one set of array operations
+    for the whole stack), each stopping on its own test and reported as it was when it stopped, so each
+    result is its sentence's alone up to rounding (a stack of tree factors takes the batched Matrix-Tree
+    kernel; tests/engine/inference/test_joint_bp_stack.py)."""
     config = config or BPConfig()
     if config.damping or config.keep_tape:
         raise ValueError("joint BP over tags has no damping and no tape")
+    results: list[JointResult | None] = [None] * len(graphs)
+    for chunk in stack_chunks([(g[0], g[1]) for g in graphs]):
+        parts = [graphs[j] for j in chunk]
+        families, valid = stack_graphs([(p[0], p[1]) for p in parts])
+        width = max(p[4].shape[1] for p in parts)
+        emissions = np.concatenate([pad_slots(p[4], width, -np.inf) for p in parts])
+        run = _run(families, valid, TagLink.stack([p[2] for p in parts]), TagChain.stack([p[3] for p in parts]),
+                   emissions, [p[4].shape[1] for p in parts], config)
+        for j, result in zip(chunk, run, strict=True):
+            results[j] = result
+    return results  # type: ignore[return-value]
+
+
+def _run(families: Sequence[FactorFamily], valid: np.ndarray, taglink: TagLink, chain: TagChain,
+         emissions: np.ndarray, widths: Sequence[int], config: BPConfig) -> list[JointResult]:
+    """BP on one stack (or one sentence); the module docstring's schedule and stopping rule per sentence."""
     state = _State(families, valid, taglink, chain, emissions, config.clip)
     plan = stages(len(families) + 2, config.schedule)
     links, tags = state.probabilities()
+    count = state.count
+    out: list[JointResult | None] = [None] * count
+    running = np.ones(count, dtype=bool)
     last: list[int] = []
-    residual, iterations = np.inf, 0
-    while iterations < config.max_iterations:
-        iterations += 1
+    for iteration in range(1, config.max_iterations + 1):
         for stage in plan:
             if stage != last or len(stage) > 1:  # a unit right after itself reads what it read last time
                 state.stage(stage)
             last = stage
         new_links, new_tags = state.probabilities()
-        residual = max(float(np.abs(new_links - links).max(initial=0.0)), float(np.abs(new_tags - tags).max()))
+        residual = np.maximum(np.abs(new_links - links).reshape(count, -1).max(axis=1, initial=0.0),
+                              np.abs(new_tags - tags).reshape(count, -1).max(axis=1))
         links, tags = new_links, new_tags
-        if residual < config.tolerance:
-            break
-    return JointResult(_links_result(state, iterations, residual, config), tags, state.taglink_beliefs())
-
-
-def _links_result(state: _State, iterations: int, residual: float, config: BPConfig) -> BPResult:
-    """The link side of a finished run as ``run_bp`` reports it (beliefs 0 and log-odds -inf off the arcs)."""
-    valid = state.valid
-    log_odds = np.where(valid, state.b.reshape(valid.shape), -np.inf)
-    messages = [f.unpack(m) for f, m in zip(state.families, state.packed, strict=True)]
-    incoming = [f.unpack(f.gather_flat(state.b) - m) for f, m in zip(state.families, state.packed, strict=True)]
-    return BPResult(expit(log_odds), log_odds, messages, incoming, iterations, residual < config.tolerance,
-                    residual)
+        stop = running & ((residual < config.tolerance) | (iteration == config.max_iterations))
+        if stop.any():
+            stopped = np.flatnonzero(stop)
+            for j, result in zip(stopped, state.results(stopped, tags, widths, iteration, residual, config),
+                                 strict=True):
+                out[j] = result
+            running &= ~stop
+            if not running.any():
+                break
+    return out  # type: ignore[return-value]
