@@ -262,7 +262,8 @@ class BPParser:
             if joint:
                 assert candidates is not None
                 together = self.parse_joint_many([sentences[batch[k][0]] for k in joint], [batch[k][1] for k in joint],
-                                                 [candidates[batch[k][0]] for k in joint], config)  # type: ignore[misc]
+                                                 [candidates[batch[k][0]] for k in joint], config,  # type: ignore[misc]
+                                                 link_is_one_best=mixtures is None)
                 for k, parsed in zip(joint, together, strict=True):
                     out[batch[k][0]] = parsed
             seconds = (time.perf_counter() - start) / len(batch)
@@ -290,12 +291,14 @@ class BPParser:
         return self.parse_joint_many([sentence], [graph], [candidates], config)[0]
 
     def parse_joint_many(self, sentences: Sequence[Tokens], graphs: Sequence[SentenceGraph],
-                         candidates: Sequence[TagCandidates], config: InferenceConfig) -> list[ParsedSentence]:
+                         candidates: Sequence[TagCandidates], config: InferenceConfig,
+                         link_is_one_best: bool = False) -> list[ParsedSentence]:
         """``parse_joint`` of each sentence, their joint BP runs stacked by length (``run_joint_bp_many``: each
-        result its sentence's alone, up to rounding)."""
+        result its sentence's alone, up to rounding); ``link_is_one_best`` as ``joint_graph``."""
         if not isinstance(config, BPConfig):
             raise ValueError("joint tagging and parsing runs plain BP (inference bp), not relaxed or pruned BP")
-        joint = [self.joint_graph(s, g, c) for s, g, c in zip(sentences, graphs, candidates, strict=True)]
+        joint = [self.joint_graph(s, g, c, link_is_one_best)
+                 for s, g, c in zip(sentences, graphs, candidates, strict=True)]
         out = []
         for sentence, graph, cands, result in zip(sentences, graphs, candidates, run_joint_bp_many(joint, config),
                                                   strict=True):
@@ -306,18 +309,32 @@ class BPParser:
             out.append(parsed)
         return out
 
-    def joint_graph(self, sentence: Tokens, graph: SentenceGraph, candidates: TagCandidates) -> JointGraph:
+    def joint_graph(self, sentence: Tokens, graph: SentenceGraph, candidates: TagCandidates,
+                    link_is_one_best: bool = False) -> JointGraph:
         """``graph``'s families with LINK replaced by TAGLINK over its kept arcs, whose potentials are the
         first-order weights' scores under each candidate pair of (head, dependent) (``ArcScorer.candidate_scores``:
         the head's and the dependent's own UPOS/XPOS vary, the templates that read other words' tags, context and
         in-between, read the 1-best tags), with CHAIN and the TAG emissions of the ``candidates``
         (``engine.graph.tags.joint_factors``). The higher-order factors read the 1-best tags, as without joint
-        tags."""
+        tags. ``link_is_one_best``: ``graph``'s LINK potentials are this model's first-order scores under the
+        sentence's tags (``graph_batches`` without tag mixtures); where those tags are every word's first
+        candidate, the arcs between two one-candidate words take them instead of being scored again."""
         heads, deps = np.nonzero(graph.valid)
-        theta = self.arc_scorer().candidate_scores(sentence, candidates.upos, candidates.xpos, heads, deps)
+        one_best = None
+        if link_is_one_best and self._tags_are_first_candidates(sentence, candidates):
+            one_best = graph.link.theta[heads, deps]  # the scores of the pair of first candidates
+        theta = self.arc_scorer().candidate_scores(sentence, candidates.upos, candidates.xpos, heads, deps, one_best)
         taglink, chain, emissions = joint_factors(graph.n, heads, deps, theta, candidates)
         families = [f for f in graph.families if f is not graph.link]
         return families, graph.valid, taglink, chain, emissions
+
+    @staticmethod
+    def _tags_are_first_candidates(sentence: Tokens, candidates: TagCandidates) -> bool:
+        """Whether each word's first candidate is its own tags (parsing: both are the tagger's Viterbi path;
+        training keeps the gold tags in the sentence)."""
+        return (list(sentence.upos) == [u[0] for u in candidates.upos]
+                and list(sentence.xpos or []) == [x[0] for x in candidates.xpos])
+
 
     def run_joint(self, sentence: Tokens, graph: SentenceGraph, candidates: TagCandidates,
                   config: BPConfig) -> tuple[JointResult, list[FactorFamily]]:

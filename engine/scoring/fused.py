@@ -347,11 +347,12 @@ class ArcScorer:
 
 
     def _candidate_pairs(self, sentence: Tokens, upos: Sequence[Sequence[str]], xpos: Sequence[Sequence[str]],
-                         heads: np.ndarray, deps: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray,
-                                                                       tuple[np.ndarray, ...]]:
+                         heads: np.ndarray, deps: np.ndarray, skip: np.ndarray | None = None
+                         ) -> tuple[tuple[np.ndarray, ...], np.ndarray, tuple[np.ndarray, ...]]:
         """What ``candidate_scores`` and ``candidate_gradient`` share: the kernels' word arrays (head halves per
         pair, dependent halves per pair, direction and distance codes, the 1-best UPOS per pair), the listed
-        (pair, h, m) rows of the allowed candidate pairs of each arc, and each row's (arc, a, b)."""
+        (pair, h, m) rows of the allowed candidate pairs of each arc (but the arcs ``skip``, a mask), and each
+        row's (arc, a, b)."""
         n, g = len(sentence.forms), max(len(u) for u in upos)
         codes, tags = self.codes([sentence])
         copies = np.repeat(codes, g, axis=0)
@@ -364,6 +365,8 @@ class ArcScorer:
         count = np.array([1, *(len(u) for u in upos)])
         grid = np.arange(g)
         ok = (grid[None, :, None] < count[heads][:, None, None]) & (grid[None, None, :] < count[deps][:, None, None])
+        if skip is not None:
+            ok &= ~skip[:, None, None]
         j, a, b = np.nonzero(ok)
         listed = np.stack([a * g + b, heads[j], deps[j]], axis=1).astype(np.int64)
         dir_codes, dist_codes = _context_codes(n)
@@ -372,7 +375,7 @@ class ArcScorer:
         return words, listed, (j, a, b)
 
     def candidate_scores(self, sentence: Tokens, upos: Sequence[Sequence[str]], xpos: Sequence[Sequence[str]],
-                         heads: np.ndarray, deps: np.ndarray) -> np.ndarray:
+                         heads: np.ndarray, deps: np.ndarray, one_best: np.ndarray | None = None) -> np.ndarray:
         """TAGLINK potentials (``engine.graph.tags``): ``theta[j, a, b]`` (A, g, g), the score under the first
         weight vector of arc ``heads[j] -> deps[j]`` when the head's own UPOS and XPOS are its candidate ``a``
         (``upos[h - 1][a]``, ``xpos[h - 1][a]``) and the dependent's its candidate ``b``; ``-inf`` where a slot is
@@ -381,9 +384,20 @@ class ArcScorer:
         sentence's tags (its 1-best), and so do the higher-order factors. Each candidate slot ``c`` is one copy
         of the sentence whose words carry their ``c``-th candidate as own tags, hashed into per-word template
         halves once (O(g n K)); pair ``(a, b)`` joins the head halves of copy ``a`` to the dependent halves of
-        copy ``b`` in ``_listed_kernel``, only for the candidate pairs of the listed arcs (O(A g^2 K))."""
+        copy ``b`` in ``_listed_kernel``, only for the candidate pairs of the listed arcs (O(A g^2 K)).
+
+        ``one_best`` (A,): the arcs' scores under the sentence's own tags (``__call__``'s), when each word's
+        candidate 0 *is* its tags (``sentence.upos``, ``sentence.xpos``; else ValueError): an arc whose two words
+        have one candidate each then takes it as ``theta[j, 0, 0]`` (the same features of the same weights,
+        summed in the same order: equal bit for bit, tested) and is not scored again."""
+        skip = None
+        if one_best is not None:
+            if list(sentence.upos) != [u[0] for u in upos] or list(sentence.xpos or []) != [x[0] for x in xpos]:
+                raise ValueError("one_best scores need each word's first candidate to be its own tags")
+            count = np.array([1, *(len(u) for u in upos)])
+            skip = (count[heads] == 1) & (count[deps] == 1)
         (head_halves, dep_halves, dir_codes, dist_codes, tags), listed, (j, a, b) = self._candidate_pairs(
-            sentence, upos, xpos, heads, deps)
+            sentence, upos, xpos, heads, deps, skip)
         n1, g = len(sentence.forms) + 1, max(len(u) for u in upos)
         pairs = g * g
         out = np.empty(len(listed))
@@ -392,6 +406,9 @@ class ArcScorer:
                        np.arange(pairs), np.ones((pairs, n1), dtype=np.bool_), listed, np.zeros(len(listed)), out)
         theta = np.full((len(heads), g, g), -np.inf)
         theta[j, a, b] = out
+        if skip is not None:
+            assert one_best is not None
+            theta[skip, 0, 0] = one_best[skip]
         return theta
 
     def candidate_gradient(self, sentence: Tokens, upos: Sequence[Sequence[str]], xpos: Sequence[Sequence[str]],

@@ -64,6 +64,30 @@ def test_candidate_scores_equal_retagged_own_tags(extractor: FeatureExtractor, m
 
 
 @pytest.mark.parametrize("extractor", EXTRACTORS)
+def test_one_best_scores_stand_in_for_arcs_between_one_candidate_words(extractor: FeatureExtractor) -> None:
+    """With the sentence's own scores (``__call__``) given, arcs whose two words have one candidate each take them
+    and the others are scored: theta equals the full computation bit for bit (the parser's TAGLINK then does not
+    depend on the shortcut); candidates whose first is not the sentence's tags are refused."""
+    rng = np.random.default_rng(5)
+    weights = rng.normal(size=extractor.dim)
+    sentence = Toks(["The", "dog", "runs", "fast", "now"], ["DET", "NOUN", "VERB", "ADV", "ADV"],
+                    ["DT", "NN", "VBZ", "RB", "RB"])
+    upos = [["DET"], ["NOUN", "VERB"], ["VERB"], ["ADV"], ["ADV", "ADJ", "NOUN"]]
+    xpos = [["DT"], ["NN", "VB"], ["VBZ"], ["RB"], ["RB", "JJ", "NN"]]
+    heads, deps = np.nonzero(~np.eye(6, dtype=bool) & (np.arange(6) > 0)[None, :])
+    scorer = ArcScorer(extractor, [weights])
+    own = scorer([sentence])[0][0][heads, deps]
+    full = scorer.candidate_scores(sentence, upos, xpos, heads, deps)
+    shortcut = scorer.candidate_scores(sentence, upos, xpos, heads, deps, one_best=own)
+    np.testing.assert_array_equal(shortcut, full)
+    single = np.array([1, *(len(u) for u in upos)])
+    assert ((single[heads] == 1) & (single[deps] == 1)).sum() > 5  # arcs that did take the shortcut
+    with pytest.raises(ValueError, match="first candidate"):
+        scorer.candidate_scores(sentence, [["DET"], ["VERB", "NOUN"], *upos[2:]], [["DT"], ["VB", "NN"], *xpos[2:]],
+                                heads, deps, one_best=own)
+
+
+@pytest.mark.parametrize("extractor", EXTRACTORS)
 def test_candidate_gradient_is_the_derivative_of_the_candidate_scores(extractor: FeatureExtractor) -> None:
     """theta is linear in the weights, so the feature counts ``candidate_gradient`` adds for coefficients c
     dotted with any weights w give sum c * theta(w); the null feature carries the absent "between" slots."""
