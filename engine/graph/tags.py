@@ -296,6 +296,20 @@ class TagChain:
         return float(self.start[t[0]] + inner + self.end[t[-1]])
 
 
+@njit(cache=True, nogil=True)
+def _add_rows(out: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
+    for j in range(len(rows)):
+        for a in range(values.shape[1]):
+            out[rows[j], a] += values[j, a]
+
+
+def add_rows(out: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
+    """``np.add.at(out, rows, values)`` for 2-D float64 ``out`` and ``values``: the same additions in the same
+    order (row by row, as ``np.add.at`` makes them), without its per-element dispatch."""
+    if len(rows):
+        _add_rows(out, np.ascontiguousarray(rows, dtype=np.int64), np.ascontiguousarray(values, dtype=np.float64))
+
+
 def pad_slots(values: np.ndarray, width: int, fill: object) -> np.ndarray:
     """``values`` with its last axis (the candidate slots) padded with ``fill`` to ``width``."""
     extra = width - values.shape[-1]

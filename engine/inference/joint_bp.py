@@ -23,14 +23,15 @@ messages are constant: the run is ``run_bp`` on TREE + LINK + the same families,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from scipy.special import expit
 
 from engine.graph.family import FactorFamily
-from engine.graph.tags import TagChain, TagLink, normalised, pad_slots
+from engine.graph.tags import TagChain, TagLink, add_rows, normalised, pad_slots
 from engine.inference.bp import BPConfig, BPResult, stack_chunks, stack_graphs, stages
 
 
@@ -39,11 +40,16 @@ class JointResult:
     """Link beliefs and diagnostics as ``run_bp`` returns them (``links``; families in the order given,
     ``incoming[0]`` TREE's incoming messages), the tag beliefs (n+1, g): probabilities per word over its
     candidate slots (0 on padding; row 0, ROOT, is slot 0 with probability 1), and TAGLINK's factor beliefs
-    b(L = 1, T_h = a, T_m = b) (A, g, g) per kept arc (``TagLink.on_beliefs``)."""
+    b(L = 1, T_h = a, T_m = b) (A, g, g) per kept arc (``taglink``: ``TagLink.on_beliefs`` of the messages the
+    factors read when BP stopped, computed when first asked for: training reads them, parsing does not)."""
 
     links: BPResult
     tags: np.ndarray
-    taglink: np.ndarray
+    taglink_beliefs: Callable[[], np.ndarray]
+
+    @cached_property
+    def taglink(self) -> np.ndarray:
+        return self.taglink_beliefs()
 
 
 class _State:
@@ -92,8 +98,8 @@ class _State:
         self._set_links(link)
         change = np.zeros(self.tags.shape)
         k = tl.varying  # the other arcs' tag messages stay 0
-        np.add.at(change, tl.heads[k], head[k] - self.to_head[k])
-        np.add.at(change, tl.deps[k], dep[k] - self.to_dep[k])
+        add_rows(change, tl.heads[k], head[k] - self.to_head[k])
+        add_rows(change, tl.deps[k], dep[k] - self.to_dep[k])
         self.tags += np.where(self.allowed, change, 0.0)
         self.to_head, self.to_dep = head, dep
 
@@ -122,11 +128,14 @@ class _State:
         else:
             self.update_family(0 if unit == 0 else unit - 2)
 
-    def taglink_beliefs(self, arcs: slice = slice(None)) -> np.ndarray:
-        """TAGLINK's factor beliefs from the messages it would read now (of the factors ``arcs``)."""
+    def taglink_beliefs(self, arcs: slice = slice(None), width: int | None = None) -> Callable[[], np.ndarray]:
+        """TAGLINK's factor beliefs from the messages it would read now (of the factors ``arcs``, their first
+        ``width`` slots), as a function that computes them when called (the messages are copied now)."""
         tl = self.taglink
-        return tl.on_beliefs(self.b[tl.flat[arcs]] - self.to_link[arcs], self.tags[tl.heads[arcs]] - self.to_head[arcs],
-                             self.tags[tl.deps[arcs]] - self.to_dep[arcs], arcs)
+        link_in, head_in = self.b[tl.flat[arcs]] - self.to_link[arcs], self.tags[tl.heads[arcs]] - self.to_head[arcs]
+        dep_in = self.tags[tl.deps[arcs]] - self.to_dep[arcs]
+        g = self.allowed.shape[1] if width is None else width
+        return lambda: tl.on_beliefs(link_in, head_in, dep_in, arcs)[:, :g, :g].copy()
 
     def probabilities(self) -> tuple[np.ndarray, np.ndarray]:
         """Link beliefs b(L = 1) (flat) and tag beliefs (rows, g) as probabilities."""
@@ -150,8 +159,7 @@ class _State:
                              bool(residual[j] < config.tolerance), float(residual[j]))
             g = widths[j]
             arcs = slice(None) if bounds is None else slice(bounds[j], bounds[j + 1])
-            out.append(JointResult(links, tags[j * rows:(j + 1) * rows, :g].copy(),
-                                   self.taglink_beliefs(arcs)[:, :g, :g].copy()))
+            out.append(JointResult(links, tags[j * rows:(j + 1) * rows, :g].copy(), self.taglink_beliefs(arcs, g)))
         return out
 
 

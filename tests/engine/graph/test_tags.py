@@ -225,3 +225,19 @@ def test_one_candidate_per_word_is_todays_bp(schedule: str) -> None:
     np.testing.assert_allclose(joint.links.incoming[0][0][valid], today.incoming[0][0][valid], atol=1e-9)
     assert joint.links.iterations == today.iterations
     np.testing.assert_array_equal(joint.tags, np.where(allowed, 1.0, 0.0))
+
+
+def test_add_rows_is_add_at_bit_for_bit() -> None:
+    """``add_rows`` (joint BP's scatter of TAGLINK's tag messages) makes np.add.at's additions in its order."""
+    from engine.graph.tags import add_rows
+
+    rng = np.random.default_rng(9)
+    rows = rng.integers(0, 7, size=200)  # many repeats: the order of the additions matters
+    values = rng.normal(scale=1e3, size=(200, 3)) * 10.0 ** rng.integers(-8, 8, size=(200, 1))
+    want, got = rng.normal(size=(7, 3)), None
+    got = want.copy()
+    np.add.at(want, rows, values)
+    add_rows(got, rows, values)
+    np.testing.assert_array_equal(got, want)
+    add_rows(got, rows[:0], values[:0])  # nothing to add
+    np.testing.assert_array_equal(got, want)
