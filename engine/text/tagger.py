@@ -52,7 +52,7 @@ from engine.text.crf import (  # noqa: F401 (chain kernels re-exported for their
     chain_viterbi,
 )
 from engine.text.linear import row_sums
-from engine.text.tag_candidates import CandidateSettings, TagCandidates, choose_states, restrict
+from engine.text.tag_candidates import CandidateSettings, TagCandidates, candidates_many, choose_states, restrict
 from engine.text.tagger_features import (  # noqa: F401 (feature extraction re-exported for its users)
     LEXICONS,
     HasForms,
@@ -314,12 +314,18 @@ class Tagger:
                                           .random((samples, len(s.forms))) for s in chunk], axis=1)
                 drawn = crf.states[crf_ragged.sample(alpha, crf.transition, uniform, offsets)]  # (samples, N, 2)
             drawn_upos, drawn_xpos = upos[drawn[:, :, 0]], xpos[drawn[:, :, 1]]  # (samples, N) labels
+            together = None  # without gold states to add, every sentence's candidates at once
+            if candidates is not None and not with_gold:
+                together = candidates_many(em, crf.transition, marginals, best, offsets, candidates,
+                                           (self.upos_labels, self.xpos_labels, crf.states))
             for r in range(len(chunk)):
                 w = slice(offsets[r], offsets[r + 1])
                 results.append(result := TagResult(upos[path[w, 0]].tolist(), xpos[path[w, 1]].tolist(), um[w], xm[w],
                                                    list(zip(drawn_upos[:, w].tolist(), drawn_xpos[:, w].tolist(),
                                                             strict=True))))
-                if candidates is not None and w.stop > w.start:
+                if together is not None:
+                    result.candidates = together[r]
+                elif candidates is not None and w.stop > w.start:
                     required = None
                     gold_upos, gold_xpos = getattr(chunk[r], "upos", None), getattr(chunk[r], "xpos", None)
                     if with_gold and gold_upos is not None and gold_xpos is not None:  # untagged: nothing required
