@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout
 from scipy.optimize import isotonic_regression, minimize  # noqa: E402
 
 from engine.cli import build_parser  # noqa: E402
-from engine.cli_parse import load_parser, parse_tagged, resolve_tag_samples  # noqa: E402
+from engine.cli_parse import load_parser, parse_tagged, resolve_tag_samples, tag_inputs  # noqa: E402
 from engine.data.conllu_io import read_conllu  # noqa: E402
 from engine.decode.calibration import minimise_power  # noqa: E402
 from engine.decode.isotonic import check_knots, fit_knots  # noqa: E402
@@ -69,8 +69,8 @@ def parse_words(model: str, data: str, cache: str | None) -> dict[str, np.ndarra
     resolve_tag_samples(args)
     gold = read_conllu(data)
     inputs = [s.copy() for s in gold] if args.pipeline.tagger is not None else gold
-    draws = (args.pipeline.tag_and_sample(inputs, retag=True, samples=args.tag_samples)[1]
-             if args.pipeline.tagger is not None else [[] for _ in inputs])
+    # as the CLI tags them: a joint model's candidate tags too (tag_inputs)
+    draws = tag_inputs(args, inputs, retag=True)[1] if args.pipeline.tagger is not None else [[] for _ in inputs]
     parsed = parse_tagged(args, parse, inputs, draws)
     genres = [next((c.split("=", 1)[1].strip() for c in g.lines if c.startswith("# sent_id")), "") for g in gold]
     words: dict[str, list] = {k: [] for k in ("cols", "offs", "chosen", "gold", "sent", "pos", "n", "genre")}
