@@ -71,12 +71,9 @@ class TagCandidates:
     upos_labels: tuple[str, ...]  # the tagger's UPOS labels: the columns of ``pruned``
 
 
-def choose_states(marginals: np.ndarray, best: np.ndarray, settings: CandidateSettings,
-                  required: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per word of one sentence, its candidate states (n, g) and which slots are used (n, g): ``best`` (n,)
-    first, then the other states by decreasing ``marginals`` (n, S) down to ``settings.min_marginal``.
-    ``required`` (n,): a state each word must have among its candidates (training: the gold tags), -1 for
-    none; one that is not there takes the word's first free slot (a slot more if every one is used)."""
+def _ranked(marginals: np.ndarray, best: np.ndarray, settings: CandidateSettings) -> tuple[np.ndarray, np.ndarray]:
+    """Per word (row), ``best`` then its other states by decreasing marginal, ``settings.k`` in all, and which of
+    them are kept (the best always; the others down to ``settings.min_marginal``: a prefix of each row)."""
     n, s = marginals.shape
     k = min(settings.k, s)
     others = np.where(np.arange(s)[None, :] == best[:, None], -1.0, marginals)
@@ -84,6 +81,17 @@ def choose_states(marginals: np.ndarray, best: np.ndarray, settings: CandidateSe
     states = np.concatenate([best[:, None], order], axis=1)
     keep = np.concatenate([np.ones((n, 1), bool),
                            np.take_along_axis(others, order, axis=1) >= settings.min_marginal], axis=1)
+    return states, keep
+
+
+def choose_states(marginals: np.ndarray, best: np.ndarray, settings: CandidateSettings,
+                  required: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per word of one sentence, its candidate states (n, g) and which slots are used (n, g): ``best`` (n,)
+    first, then the other states by decreasing ``marginals`` (n, S) down to ``settings.min_marginal``.
+    ``required`` (n,): a state each word must have among its candidates (training: the gold tags), -1 for
+    none; one that is not there takes the word's first free slot (a slot more if every one is used)."""
+    n = len(marginals)
+    states, keep = _ranked(marginals, best, settings)
     if required is not None:
         states = np.concatenate([states, np.zeros((n, 1), np.int64)], axis=1)
         keep = np.concatenate([keep, np.zeros((n, 1), bool)], axis=1)
@@ -130,12 +138,8 @@ def candidates_many(emissions: np.ndarray, transitions: np.ndarray, marginals: n
     own width: the same arrays bit for bit (tested), without their per-sentence numpy calls."""
     upos_labels, xpos_labels, pairs = labels
     n_words, s = marginals.shape
-    k = min(settings.k, s)
-    others = np.where(np.arange(s)[None, :] == best[:, None], -1.0, marginals)
-    order = np.argsort(-others, axis=1, kind="stable")[:, : k - 1]
-    states = np.concatenate([best[:, None], order], axis=1)
-    keep = np.concatenate([np.ones((n_words, 1), bool),
-                           np.take_along_axis(others, order, axis=1) >= settings.min_marginal], axis=1)
+    states, keep = _ranked(marginals, best, settings)
+    k = states.shape[1]
     states = np.where(keep, states, best[:, None])  # a prefix of each row is kept (the others sorted descending)
     counts = keep.sum(axis=1)
     kept = np.where(keep, np.take_along_axis(marginals, states, axis=1), 0.0)
