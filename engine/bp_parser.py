@@ -335,7 +335,6 @@ class BPParser:
         return (list(sentence.upos) == [u[0] for u in candidates.upos]
                 and list(sentence.xpos or []) == [x[0] for x in candidates.xpos])
 
-
     def run_joint(self, sentence: Tokens, graph: SentenceGraph, candidates: TagCandidates,
                   config: BPConfig) -> tuple[JointResult, list[FactorFamily]]:
         """Joint BP on ``joint_graph`` (the joint trainer, ``engine.training.joint``, reads the same run): the

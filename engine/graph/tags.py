@@ -137,7 +137,10 @@ class TagLink:
 
     def log_potential(self, arcs: np.ndarray, slots: np.ndarray) -> float:
         """Log of the product of the factors on a boolean arc assignment ``arcs`` (n+1, n+1) and a slot per
-        word ``slots`` (n+1,; slot 0 for ROOT): the sum of ``theta`` over the kept arcs that are on."""
+        word ``slots`` (n+1,; slot 0 for ROOT): the sum of ``theta`` over the kept arcs that are on. One
+        sentence's factors only, not a stack's."""
+        if self.bounds is not None:
+            raise ValueError("log_potential is of one sentence's TAGLINK factors, not a stack's")
         on = arcs[self.heads, self.deps]
         return float(self.theta[on, slots[self.heads[on]], slots[self.deps[on]]].sum())
 
@@ -288,7 +291,10 @@ class TagChain:
         return normalised(out, words)
 
     def log_potential(self, slots: np.ndarray) -> float:
-        """The chain's log-potential of a slot per word ``slots`` (n+1,; entry 0, ROOT, ignored)."""
+        """The chain's log-potential of a slot per word ``slots`` (n+1,; entry 0, ROOT, ignored); one sentence's
+        chain only, not a stack's."""
+        if self.count != 1:
+            raise ValueError("log_potential is of one sentence's chain, not a stack's")
         t = slots[1:]
         if not len(t):
             return 0.0

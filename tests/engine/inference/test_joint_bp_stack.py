@@ -85,3 +85,14 @@ def test_stacks_refuse_damping_and_tapes() -> None:
     for config in (BPConfig(damping=0.5), BPConfig(keep_tape=True)):
         with pytest.raises(ValueError, match="no damping and no tape"):
             run_joint_bp_many([graph, graph], config)
+
+
+def test_a_stack_has_no_single_sentence_potential() -> None:
+    rng = np.random.default_rng(1)
+    graphs = [_graph(3, [2, 1, 2], rng), _graph(3, [1, 3, 1], rng)]
+    taglink, chain = TagLink.stack([g[2] for g in graphs]), TagChain.stack([g[3] for g in graphs])
+    assert taglink.size == graphs[0][2].size + graphs[1][2].size and taglink.allowed.shape == (8, 3)
+    with pytest.raises(ValueError, match="not a stack"):
+        taglink.log_potential(np.zeros((4, 4), dtype=bool), np.zeros(4, dtype=int))
+    with pytest.raises(ValueError, match="not a stack"):
+        chain.log_potential(np.zeros(4, dtype=int))
