@@ -10,9 +10,9 @@ weights, made by whoever holds them. So with free communication a step costs at 
     (objective + step + averaging) / (half objective + step + averaging)
 
 This prints each part (means over the batches of the first ``--sentences`` EWT train sentences: an epoch's
-time is their sum) and that bound; ``--parallel`` also times the dense passes spread over the machine's cores with numba's ``prange``
-(one gradient row per worker, summed in the pass, as a shared-memory design would need), to see whether the
-serial part itself can shrink::
+time is their sum) and that bound; ``--parallel`` also times the dense passes spread over the machine's cores
+with numba's ``prange`` (one gradient row per worker, summed in the pass, as a shared-memory design would
+need), to see whether the serial part itself can shrink::
 
     OPENBLAS_NUM_THREADS=1 python bench/cll_step_costs.py --parallel
 """
