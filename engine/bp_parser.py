@@ -40,7 +40,7 @@ from engine.results import UNLABELLED, ParsedSentence, TreeDistribution
 from engine.scoring.fused import ArcScorer, narrowest_exact, stored_table
 from engine.scoring.potentials import arc_scores
 from engine.scoring.pruning import PruneConfig, prune_arcs
-from engine.text.tag_candidates import TagCandidates
+from engine.text.tag_candidates import TagCandidates, first_candidates_are
 
 
 @dataclass
@@ -321,19 +321,12 @@ class BPParser:
         candidate, the arcs between two one-candidate words take them instead of being scored again."""
         heads, deps = np.nonzero(graph.valid)
         one_best = None
-        if link_is_one_best and self._tags_are_first_candidates(sentence, candidates):
+        if link_is_one_best and first_candidates_are(sentence, candidates.upos, candidates.xpos):
             one_best = graph.link.theta[heads, deps]  # the scores of the pair of first candidates
         theta = self.arc_scorer().candidate_scores(sentence, candidates.upos, candidates.xpos, heads, deps, one_best)
         taglink, chain, emissions = joint_factors(graph.n, heads, deps, theta, candidates)
         families = [f for f in graph.families if f is not graph.link]
         return families, graph.valid, taglink, chain, emissions
-
-    @staticmethod
-    def _tags_are_first_candidates(sentence: Tokens, candidates: TagCandidates) -> bool:
-        """Whether each word's first candidate is its own tags (parsing: both are the tagger's Viterbi path;
-        training keeps the gold tags in the sentence)."""
-        return (list(sentence.upos) == [u[0] for u in candidates.upos]
-                and list(sentence.xpos or []) == [x[0] for x in candidates.xpos])
 
     def run_joint(self, sentence: Tokens, graph: SentenceGraph, candidates: TagCandidates,
                   config: BPConfig) -> tuple[JointResult, list[FactorFamily]]:

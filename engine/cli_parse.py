@@ -26,6 +26,7 @@ from engine.cli_args import given_settings as _given_settings
 from engine.data.conllu_io import check_parsable, format_sentence, iter_conllu
 from engine.decode.calibration import calibrated_all, confidence_comments
 from engine.decode.conformal import sets_misc, stored_conformal
+from engine.decode.joint_tags import write_chosen_tags
 from engine.decode.labeler import label_arcs
 from engine.decode.tag_marginal import parse_over_tag_samples, resolve_tag_average
 from engine.inference.settings import resolve
@@ -122,9 +123,7 @@ def _parse_joint(args: argparse.Namespace, parse: Any, sentences: list[Any]) -> 
     the user, as they are), and write the tags chosen into the sentences."""
     found: dict[int, Any] = args.joint_candidates[1] if args.joint_candidates else {}
     parsed = parse(sentences, candidates=[found.get(i) for i in range(len(sentences))])
-    for sentence, p in zip(sentences, parsed, strict=True):
-        if p.upos is not None:
-            sentence.upos, sentence.xpos = list(p.upos), list(p.xpos)
+    write_chosen_tags(sentences, parsed)
     return parsed
 
 

@@ -16,6 +16,7 @@ from engine.bp_parser import BPParser
 from engine.data.conllu_io import Sentence, format_sentence
 from engine.decode.calibration import calibrated_all, confidence_comments, model_probabilities
 from engine.decode.conformal import word_sets
+from engine.decode.joint_tags import write_chosen_tags
 from engine.decode.tag_marginal import TagSequence, parse_over_tag_samples, resolve_tag_average
 from engine.features.tag_mixture import TagMixture
 from engine.inference.relaxed import InferenceConfig, marginal_interval
@@ -59,9 +60,7 @@ def run_inference(entry: ModelEntry, sentences: list[Sentence], options: Inferen
     powers = None if options.calibration == "none" else entry.pipeline.default_powers
     if candidates is not None:
         parsed = _infer(entry, sentences, options, candidates=[candidates.get(i) for i in range(len(sentences))])
-        for sentence, p in zip(sentences, parsed, strict=True):
-            if p.upos is not None:
-                sentence.upos, sentence.xpos = list(p.upos), list(p.xpos or [])
+        write_chosen_tags(sentences, parsed)
         return calibrated_all(parsed, powers)
     parsed = parse_over_tag_samples(
         sentences, draws, lambda batch: _infer(entry, batch, options), entry.parser.constraint, entry.parser.labeler,

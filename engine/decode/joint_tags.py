@@ -14,6 +14,9 @@ the tagger's 0.008).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from engine.text.tag_candidates import TagCandidates
@@ -39,3 +42,11 @@ def decode_tags(beliefs: np.ndarray, candidates: TagCandidates
         xpos.append(x[slot])
         probs[word] = dist[word, candidates.slot_upos[word, slot]]
     return upos, xpos, probs, dist
+
+
+def write_chosen_tags(sentences: Sequence[Any], parsed: Sequence[Any]) -> None:
+    """Each sentence gets the UPOS and XPOS its joint parse chose (``ParsedSentence.upos``, ``.xpos``; a parse
+    without tags, e.g. of a sentence that came with its own, leaves it as it is)."""
+    for sentence, p in zip(sentences, parsed, strict=True):
+        if p.upos is not None:
+            sentence.upos, sentence.xpos = list(p.upos), list(p.xpos or [])

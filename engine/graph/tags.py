@@ -311,7 +311,9 @@ def _add_rows(out: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
 
 def add_rows(out: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
     """``np.add.at(out, rows, values)`` for 2-D float64 ``out`` and ``values``: the same additions in the same
-    order (row by row, as ``np.add.at`` makes them), without its per-element dispatch."""
+    order (row by row, as ``np.add.at`` makes them), without its per-element dispatch. Its own loop rather than
+    ``engine.scoring.potentials.add_into`` over flattened indices: building those indices made a call 3-5 times
+    slower (3 against 16 us for 300 rows, 15-22 against 66-72 us for 3,000)."""
     if len(rows):
         _add_rows(out, np.ascontiguousarray(rows, dtype=np.int64), np.ascontiguousarray(values, dtype=np.float64))
 

@@ -153,21 +153,15 @@ class _State:
         for j in stopped:
             valid = self.valid if self.count == 1 else self.valid[j]
             log_odds = np.where(valid, self.b.reshape(self.count, -1)[j].reshape(valid.shape), -np.inf)
-            messages = [f.unpack_part(_part(f, m, j)) for f, m in zip(self.families, self.packed, strict=True)]
-            incoming = [f.unpack_part(_part(f, m, j)) for f, m in zip(self.families, total, strict=True)]
+            one = np.array([j])
+            messages = [f.unpack_part(f.take(m, one)) for f, m in zip(self.families, self.packed, strict=True)]
+            incoming = [f.unpack_part(f.take(m, one)) for f, m in zip(self.families, total, strict=True)]
             links = BPResult(expit(log_odds), log_odds, messages, incoming, iterations,
                              bool(residual[j] < config.tolerance), float(residual[j]))
             g = widths[j]
             arcs = slice(None) if bounds is None else slice(bounds[j], bounds[j + 1])
             out.append(JointResult(links, tags[j * rows:(j + 1) * rows, :g].copy(), self.taglink_beliefs(arcs, g)))
         return out
-
-
-def _part(family: FactorFamily, packed: np.ndarray, j: int) -> np.ndarray:
-    """Sentence ``j``'s part of a family's packed messages (all of them for an unstacked family)."""
-    if family.bounds is None:
-        return packed.copy()
-    return packed[..., family.bounds[j]:family.bounds[j + 1]].copy()
 
 
 JointGraph = tuple[Sequence[FactorFamily], np.ndarray, TagLink, TagChain, np.ndarray]

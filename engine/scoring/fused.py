@@ -32,6 +32,7 @@ from engine.features.extract import (
     direction_distance,
 )
 from engine.hashing import hash_string, hash_strings, mix_pair
+from engine.text.tag_candidates import first_candidates_are
 
 _DEP_SEED = np.uint64(0x51ED27)
 _CONTEXTS = {"none": 0, "dir": 1, "dist": 2}
@@ -392,7 +393,7 @@ class ArcScorer:
         summed in the same order: equal bit for bit, tested) and is not scored again."""
         skip = None
         if one_best is not None:
-            if list(sentence.upos) != [u[0] for u in upos] or list(sentence.xpos or []) != [x[0] for x in xpos]:
+            if not first_candidates_are(sentence, upos, xpos):
                 raise ValueError("one_best scores need each word's first candidate to be its own tags")
             count = np.array([1, *(len(u) for u in upos)])
             skip = (count[heads] == 1) & (count[deps] == 1)

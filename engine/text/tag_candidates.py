@@ -18,8 +18,9 @@ distribution can count it (``engine.decode.joint_tags``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -71,6 +72,13 @@ class TagCandidates:
     upos_labels: tuple[str, ...]  # the tagger's UPOS labels: the columns of ``pruned``
 
 
+def first_candidates_are(tokens: Any, upos: Sequence[Sequence[str]], xpos: Sequence[Sequence[str]]) -> bool:
+    """Whether each word's first candidate (``upos[i][0]``, ``xpos[i][0]``) is its own tags (``tokens.upos``,
+    ``tokens.xpos``): so when parsing, both being the tagger's Viterbi path; not in training, which keeps the
+    gold tags in the sentence."""
+    return list(tokens.upos) == [u[0] for u in upos] and list(tokens.xpos or []) == [x[0] for x in xpos]
+
+
 def _ranked(marginals: np.ndarray, best: np.ndarray, settings: CandidateSettings) -> tuple[np.ndarray, np.ndarray]:
     """Per word (row), ``best`` then its other states by decreasing marginal, ``settings.k`` in all, and which of
     them are kept (the best always; the others down to ``settings.min_marginal``: a prefix of each row)."""
@@ -108,24 +116,9 @@ def restrict(emissions: np.ndarray, transitions: np.ndarray, states: np.ndarray,
     """The CRF of one sentence (emissions (n, S), transitions (S+1, S+1) with the start row and end column
     last) restricted to the candidate ``states``; ``labels`` = (UPOS labels, XPOS labels, the (S, 2) states);
     ``marginals`` (n, S) the tagger's state marginals (for ``mass`` and ``pruned``)."""
-    upos_labels, xpos_labels, pairs = labels
-    kept = np.where(allowed, np.take_along_axis(marginals, states, axis=1), 0.0)
-    slot_upos = pairs[states, 0]
-    by_upos = np.zeros((len(marginals), len(upos_labels)))
-    np.add.at(by_upos, (np.repeat(np.arange(len(marginals)), marginals.shape[1]), np.tile(pairs[:, 0], len(marginals))),
-              marginals.reshape(-1))
-    kept_by_upos = np.zeros_like(by_upos)
-    np.add.at(kept_by_upos, (np.repeat(np.arange(len(marginals)), states.shape[1]), slot_upos.reshape(-1)),
-              kept.reshape(-1))
-    pruned = np.maximum(by_upos - kept_by_upos, 0.0)
-    end_state = transitions.shape[0] - 1
-    em = np.where(allowed, np.take_along_axis(emissions, states, axis=1), -np.inf)
-    trans = transitions[states[:-1, :, None], states[1:, None, :]]
-    upos = [[upos_labels[pairs[t, 0]] for t in row[ok]] for row, ok in zip(states, allowed, strict=True)]
-    xpos = [[xpos_labels[pairs[t, 1]] for t in row[ok]] for row, ok in zip(states, allowed, strict=True)]
-    return TagCandidates(states, allowed, upos, xpos, em, trans, transitions[end_state, states[0]],
-                         transitions[states[-1], end_state], kept.sum(axis=1), pruned, slot_upos,
-                         tuple(upos_labels))
+    found = _restricted(emissions, transitions, marginals, states, allowed, labels, [0, len(states)], states.shape[1])
+    assert found[0] is not None, "a sentence of no words has no candidates"
+    return found[0]
 
 
 def candidates_many(emissions: np.ndarray, transitions: np.ndarray, marginals: np.ndarray, best: np.ndarray,
@@ -136,36 +129,44 @@ def candidates_many(emissions: np.ndarray, transitions: np.ndarray, marginals: n
     ``offsets[r]:offsets[r + 1]`` (None for an empty one). Every step of those two is a function of one word's
     row, so it runs over the chunk's rows together at the widest width, and each sentence takes its rows and its
     own width: the same arrays bit for bit (tested), without their per-sentence numpy calls."""
+    states, keep = _ranked(marginals, best, settings)
+    states = np.where(keep, states, best[:, None])  # a prefix of each row is kept (the others sorted descending)
+    return _restricted(emissions, transitions, marginals, states, keep, labels, offsets.tolist())
+
+
+def _restricted(emissions: np.ndarray, transitions: np.ndarray, marginals: np.ndarray, states: np.ndarray,
+                keep: np.ndarray, labels: tuple[list[str], list[str], np.ndarray], offsets: list[int],
+                width: int | None = None) -> list[TagCandidates | None]:
+    """``restrict`` of each sentence of consecutive words ``offsets[r]:offsets[r + 1]`` (None for an empty one),
+    computed over all their rows at once (each step is a function of one word's row; the sums over a row's states
+    are ``np.bincount``'s, in ``np.add.at``'s order), each sentence then taking its rows at ``width`` slots (default:
+    the most any of its words keeps)."""
     upos_labels, xpos_labels, pairs = labels
     n_words, s = marginals.shape
-    states, keep = _ranked(marginals, best, settings)
-    k = states.shape[1]
-    states = np.where(keep, states, best[:, None])  # a prefix of each row is kept (the others sorted descending)
-    counts = keep.sum(axis=1)
+    k, n_upos = states.shape[1], len(upos_labels)
     kept = np.where(keep, np.take_along_axis(marginals, states, axis=1), 0.0)
     slot_upos = pairs[states, 0]
-    n_upos = len(upos_labels)
-    rows = np.repeat(np.arange(n_words) * n_upos, s)
-    by_upos = np.bincount(rows + np.tile(pairs[:, 0], n_words), marginals.reshape(-1), n_words * n_upos)
+    by_upos = np.bincount(np.repeat(np.arange(n_words) * n_upos, s) + np.tile(pairs[:, 0], n_words),
+                          marginals.reshape(-1), n_words * n_upos)
     kept_by_upos = np.bincount(np.repeat(np.arange(n_words) * n_upos, k) + slot_upos.reshape(-1), kept.reshape(-1),
                                n_words * n_upos)
     pruned = np.maximum(by_upos - kept_by_upos, 0.0).reshape(n_words, n_upos)
     end_state = transitions.shape[0] - 1
     em = np.where(keep, np.take_along_axis(emissions, states, axis=1), -np.inf)
-    trans = transitions[states[:-1, :, None], states[1:, None, :]]  # between each word and the next in the chunk
+    trans = transitions[states[:-1, :, None], states[1:, None, :]]  # between each word and the next one
     first, last = transitions[end_state, states], transitions[states, end_state]
     upos_rows = np.array(upos_labels, dtype=object)[slot_upos].tolist()
     xpos_rows = np.array(xpos_labels, dtype=object)[pairs[states, 1]].tolist()
-    count_list = counts.tolist()
+    keep_rows, counts = keep.tolist(), keep.sum(axis=1).tolist()
     out: list[TagCandidates | None] = []
-    for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
+    for a, b in zip(offsets[:-1], offsets[1:], strict=True):
         if b == a:
             out.append(None)
             continue
-        g = max(count_list[a:b])
-        out.append(TagCandidates(states[a:b, :g], keep[a:b, :g], [r[:c] for r, c in zip(upos_rows[a:b], count_list[a:b],
-                                                                                       strict=True)],
-                                 [r[:c] for r, c in zip(xpos_rows[a:b], count_list[a:b], strict=True)],
+        g = width if width is not None else max(counts[a:b])
+        out.append(TagCandidates(states[a:b, :g], keep[a:b, :g],
+                                 [list(compress(r, o)) for r, o in zip(upos_rows[a:b], keep_rows[a:b], strict=True)],
+                                 [list(compress(r, o)) for r, o in zip(xpos_rows[a:b], keep_rows[a:b], strict=True)],
                                  em[a:b, :g], trans[a:b - 1, :g, :g], first[a, :g], last[b - 1, :g],
                                  kept[a:b].sum(axis=1), pruned[a:b], slot_upos[a:b, :g], tuple(upos_labels)))
     return out
