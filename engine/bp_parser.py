@@ -35,9 +35,11 @@ from engine.kernels.exact import TreeConstraint, exact_marginals
 from engine.kernels.mbr import mbr_decode
 from engine.model.store import ModelError, StoredModel, half_precision, load_model, read_manifest, save_model
 from engine.model.widen import Widened, kernel_array, loaded
-from engine.parser import FirstOrderParser, load_common, model_manifest
+from engine.parser import FirstOrderParser, hidden_clusters, load_common, model_manifest
 from engine.results import UNLABELLED, ParsedSentence, TreeDistribution
 from engine.scoring.fused import ArcScorer, narrowest_exact, stored_table
+from engine.scoring.hidden import cluster_blocks, cluster_scores, flat_cluster_weights, marginalise_clusters
+from engine.scoring.link_labels import LinkLabels, arc_roles
 from engine.scoring.potentials import arc_scores
 from engine.scoring.pruning import PruneConfig, prune_arcs
 from engine.text.tag_candidates import TagCandidates, first_candidates_are
@@ -46,7 +48,16 @@ from engine.text.tag_candidates import TagCandidates, first_candidates_are
 @dataclass
 class BPParser:
     """``weights[:extractor.dim]`` score first-order features, ``weights[extractor.dim:]`` the
-    higher-order ones (a separate hashed block, so the two never collide)."""
+    higher-order ones (a separate hashed block, so the two never collide). With ``clusters`` = K (latent edge
+    clusters, Smith & Smith 2007 §5.1; ``engine.scoring.hidden``) the first ``K * extractor.dim`` weights are K
+    first-order blocks, each LINK potential is their marginalised score (eq. 18), and the higher-order block
+    follows them (``first_dim``). With ``link_labels`` every LINK factor also ranges over the labels
+    (``engine.scoring.link_labels``): its potential gains ``log sum_r exp u(h, m, r)``, and the same role model,
+    as the parser's ``labeler``, labels the tree."""
+
+    def __post_init__(self) -> None:
+        if self.link_labels is not None:
+            self.labeler = self.link_labels  # labels come from the graph's own role model
 
     extractor: FeatureExtractor
     if TYPE_CHECKING:
@@ -63,7 +74,10 @@ class BPParser:
     prune: PruneConfig = field(default_factory=PruneConfig)
     manifest: dict[str, Any] = field(default_factory=dict)
     decode_constraint: str | None = None  # None: TREE/PTREE as the model was trained
+    clusters: int | None = None  # latent edge clusters per arc (None: none)
+    link_labels: LinkLabels | None = None  # label-aware LINK factors (None: labels from ``labeler`` afterwards)
     _scorer: ArcScorer | None = field(default=None, repr=False, compare=False)
+    _blocks: tuple[np.ndarray, list[np.ndarray]] | None = field(default=None, repr=False, compare=False)
     _factor_block: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def factor_weights(self) -> tuple[np.ndarray, int]:
@@ -73,25 +87,44 @@ class BPParser:
         the lookups stay in cache; the sums are float64 and the same); other weights are read as they are."""
         weights = kernel_array(self, "weights")
         if weights.flags.writeable:
-            return weights, self.extractor.dim
+            return weights, self.first_dim
         if self._factor_block is None or self._factor_block[0] is not weights:
-            narrow = narrowest_exact(weights[self.extractor.dim:])
+            narrow = narrowest_exact(weights[self.first_dim:])
             narrow.flags.writeable = False
             self._factor_block = (weights, narrow)
         return self._factor_block[1], 0
 
+    @property
+    def first_dim(self) -> int:
+        """Where the higher-order block starts: the first-order block's size, times K with clusters."""
+        return self.extractor.dim * (self.clusters or 1)
+
     def _vectors(self) -> list[np.ndarray]:
-        """The first-order weight vectors the arc scorer reads (a loaded model's as stored): weights, pruner."""
+        """The first-order weight vectors the arc scorer reads (a loaded model's as stored): weights (or their
+        K cluster blocks, kept, so that a scorer built for a read-only model's blocks keeps serving them),
+        pruner."""
         pruner = kernel_array(self, "pruner")
-        return [kernel_array(self, "weights")] + ([pruner] if pruner is not None else [])
+        weights = kernel_array(self, "weights")
+        first = [weights]
+        if self.clusters is not None:
+            if self._blocks is None or self._blocks[0] is not weights:
+                self._blocks = (weights, cluster_blocks(weights, self.clusters, self.extractor.dim))
+            first = self._blocks[1]
+        return first + ([pruner] if pruner is not None else [])
 
     def link_and_prune_scores(self, sentences: Sequence[Any]) -> list[np.ndarray]:
-        """Arc potentials (B, n+1, n+1) of a batch of one length under the weights and, if there is one,
-        the pruner, straight from the tokens (``engine.scoring.fused``: no feature array)."""
+        """Arc potentials (B, n+1, n+1) of a batch of one length under the weights (with clusters, their
+        marginalised scores, eq. 18) and, if there is one, the pruner, straight from the tokens
+        (``engine.scoring.fused``: no feature array)."""
         vectors = self._vectors()
         if self._scorer is None or not self._scorer.serves(vectors):
             self._scorer = ArcScorer(self.extractor, vectors)
-        return self._scorer(sentences) if sentences else []
+        if not sentences:
+            return []
+        per = self._scorer(sentences)
+        if self.clusters is None:
+            return per
+        return [marginalise_clusters(per[:self.clusters])[0], *per[self.clusters:]]
 
     def arc_scorer(self) -> ArcScorer:
         """The arc scorer of the current weights (and pruner), built if they changed since the last one."""
@@ -101,15 +134,22 @@ class BPParser:
 
     @classmethod
     def from_first_order(cls, parser: FirstOrderParser, templates: dict[str, tuple[TripleTemplate, ...]] | None = None,
-                         second_dim: int = 0, prune: bool = False) -> BPParser:
+                         second_dim: int = 0, prune: bool = False, clusters: int | None = None,
+                         seed: int = 0) -> BPParser:
         """A BP parser on a first-order model; with ``templates``, a second-order model initialised from it
-        (first-order weights copied, ``second_dim`` zero weights for the new features, pruned by it)."""
+        (first-order weights copied, ``second_dim`` zero weights for the new features, pruned by it). With
+        ``clusters`` = K > 1, K first-order blocks, each the model's weights plus symmetry-breaking noise drawn
+        from ``seed`` (``flat_cluster_weights``)."""
         if parser.clusters is not None:
-            raise ValueError("a first-order model with latent edge clusters cannot start or prune a BP parser yet")
-        weights = np.concatenate([parser.weights, np.zeros(second_dim)])
+            raise ValueError("a first-order model with latent edge clusters cannot start or prune a BP parser "
+                             "(start from one without: the BP model's clusters grow from its weights)")
+        if clusters is not None and clusters < 2:
+            raise ValueError(f"clusters must be at least 2 (None for none), got {clusters}")
+        first = parser.weights if clusters is None else flat_cluster_weights(parser.weights, clusters, seed)
+        weights = np.concatenate([first, np.zeros(second_dim)])
         pruner = parser.weights.copy() if prune else None
         return cls(parser.extractor, weights, parser.constraint, parser.labeler, templates or {}, pruner,
-                   PruneConfig(), dict(parser.manifest))
+                   PruneConfig(), dict(parser.manifest), clusters=clusters)
 
     @property
     def graph_constraint(self) -> str:
@@ -139,9 +179,12 @@ class BPParser:
             return link
         arcs = np.concatenate(jobs)
         own = link[arcs[:, 3], arcs[:, 1], arcs[:, 2]]
-        self.link_and_prune_scores([])  # builds the scorer for these weights if needed
-        assert self._scorer is not None
-        theirs = self._scorer.copy_scores(sentences, copies, np.array(owner), arcs[:, :3], own)
+        if self.clusters is not None:  # every arc of every copy, marginalised over the clusters
+            theirs = self.link_and_prune_scores(copies)[0][arcs[:, 0], arcs[:, 1], arcs[:, 2]]
+        else:
+            self.link_and_prune_scores([])  # builds the scorer for these weights if needed
+            assert self._scorer is not None
+            theirs = self._scorer.copy_scores(sentences, copies, np.array(owner), arcs[:, :3], own)
         out = link.copy()
         np.add.at(out, (arcs[:, 3], arcs[:, 1], arcs[:, 2]), np.array(weight)[arcs[:, 0]] * (theirs - own))
         return out
@@ -168,10 +211,15 @@ class BPParser:
             raise ValueError("tag mixtures are for inference; training graphs keep the gold tags")
         for idx in length_batches([len(s.forms) for s in sentences], batch_size):
             chosen = [sentences[i] for i in idx]
-            feats = None
+            feats = posterior = None
             if gold and link_features:
                 feats = self.extractor.extract(chosen)
-                scores = [arc_scores(self.weights, feats)]
+                if self.clusters is None:
+                    scores = [arc_scores(self.weights, feats)]
+                else:  # the marginalised scores and p(z | edge), which the surrogate gradient reads
+                    blocks = np.reshape(self.weights[:self.first_dim], (self.clusters, self.extractor.dim))
+                    marginal, posterior = marginalise_clusters(cluster_scores(blocks, feats))
+                    scores = [marginal]
                 if self.pruner is not None:
                     scores.append(arc_scores(self.pruner, feats))
             else:
@@ -181,15 +229,23 @@ class BPParser:
             mix = None if mixtures is None else [mixtures[i] for i in idx]
             if mix is not None:
                 link = self.mixed_link_scores(chosen, mix, link, [valid for _, valid in pruned])
-            weights, offset = (self.weights, self.extractor.dim) if gold else self.factor_weights()
+            weights, offset = (self.weights, self.first_dim) if gold else self.factor_weights()
+            roles = None
+            if self.link_labels is not None:  # the roles summed into each kept link's potential
+                roles = arc_roles(self.link_labels, chosen, [valid for _, valid in pruned])
+                for j, r in enumerate(roles):
+                    link[j][r.heads, r.deps] += r.lse
             batch = []
             for j, i in enumerate(idx):
                 keep, valid = pruned[j]
                 graph = build_graph(sentences[i], valid, link[j], weights, self.templates,
                                     constraint=self.graph_constraint, single_root=self.constraint.single_root,
                                     offset=offset, mixture=None if mix is None else mix[j])
+                graph.roles = None if roles is None else roles[j]
                 if feats is not None:
                     graph.link_features = feats[j]
+                    if posterior is not None:
+                        graph.link_posterior = posterior[:, j]
                 batch.append((i, graph, keep))
             yield batch
 
@@ -319,11 +375,17 @@ class BPParser:
         tags. ``link_is_one_best``: ``graph``'s LINK potentials are this model's first-order scores under the
         sentence's tags (``graph_batches`` without tag mixtures); where those tags are every word's first
         candidate, the arcs between two one-candidate words take them instead of being scored again."""
+        if self.clusters is not None:
+            raise ValueError("a model with latent edge clusters parses under given tags or tag samples, not with "
+                             "joint tags (TAGLINK scores one weight vector)")
         heads, deps = np.nonzero(graph.valid)
+        lse = 0.0 if graph.roles is None else graph.roles.lse  # label-aware links: the roles, under the 1-best tags
         one_best = None
         if link_is_one_best and first_candidates_are(sentence, candidates.upos, candidates.xpos):
-            one_best = graph.link.theta[heads, deps]  # the scores of the pair of first candidates
+            one_best = graph.link.theta[heads, deps] - lse  # the scores of the pair of first candidates
         theta = self.arc_scorer().candidate_scores(sentence, candidates.upos, candidates.xpos, heads, deps, one_best)
+        if graph.roles is not None:
+            theta = theta + graph.roles.lse[:, None, None]
         taglink, chain, emissions = joint_factors(graph.n, heads, deps, theta, candidates)
         families = [f for f in graph.families if f is not graph.link]
         return families, graph.valid, taglink, chain, emissions
@@ -343,7 +405,13 @@ class BPParser:
         manifest = model_manifest(self.manifest, extra, 2, self.extractor, self.constraint, self.labeler)
         manifest["features"]["second_order"] = {k: [t.name for t in v] for k, v in self.templates.items()}
         manifest["pruning"] = {"ratio": self.prune.ratio, "max_heads": self.prune.max_heads}
+        if self.clusters is not None:  # latent edge clusters: K first-order blocks, read back by ``from_stored``
+            manifest["hidden"] = {"clusters": self.clusters}
         own = {"weights": self.weights.astype(np.float32)}
+        if self.link_labels is not None:  # label-aware LINK factors: the role model, read back by ``from_stored``
+            manifest["link_labels"], roles = self.link_labels.to_state()
+            manifest["labeler"] = {"link_labels": True}
+            own.update(roles)
         if self.pruner is not None:
             own["pruner"] = self.pruner.astype(np.float32)
         out = {**own, **(arrays or {})}
@@ -363,13 +431,24 @@ class BPParser:
             prune = PruneConfig(**man.get("pruning", {}))
         except (KeyError, TypeError, ValueError) as e:
             raise ModelError(f"{directory}: manifest is incomplete or inconsistent ({e})") from e
+        clusters = hidden_clusters(directory, man)
+        clusters = None if clusters == 1 else clusters
         kept = {k: stored.arrays[k] for k in ("weights", "pruner") if k in stored.arrays}
-        for arr in kept.values():
-            if arr.ndim != 1 or len(arr) < extractor.dim:
-                raise ModelError(f"{directory}: weight arrays do not match the feature dimension {extractor.dim}")
+        for key, arr in kept.items():
+            need = extractor.dim * (clusters or 1) if key == "weights" else extractor.dim
+            if arr.ndim != 1 or len(arr) < need:
+                raise ModelError(f"{directory}: {key} has shape {arr.shape}, the features need at least {need} "
+                                 f"entries (feature dimension {extractor.dim}, {clusters or 1} cluster block(s))")
         # read-only as stored: the scorer lays them out once; widened to float64 only if something reads them
         pruner = loaded(kept["pruner"]) if "pruner" in kept else None
-        parser = cls(extractor, loaded(kept["weights"]), constraint, labeler, second, pruner, prune, man)
+        link_labels = None
+        if "link_labels" in man:
+            try:
+                link_labels = LinkLabels.from_state(man["link_labels"], stored.arrays)
+            except (KeyError, TypeError, ValueError) as e:
+                raise ModelError(f"{directory}: the label-aware LINK factors' role model is incomplete ({e})") from e
+        parser = cls(extractor, loaded(kept["weights"]), constraint, labeler, second, pruner, prune, man,
+                     clusters=clusters, link_labels=link_labels)
         vectors = parser._vectors()
         table = stored_table(vectors, extractor.dim)
         if table is not None:  # the kernel's table straight from the stored arrays

@@ -7,7 +7,7 @@ its first request at full speed and a container image can carry the compiled cod
 at build time). Kernels: ``engine.scoring.fused`` (arc potentials straight from the tokens, one per weight
 table type), ``engine.features.second_order`` (hashing of higher-order features),
 ``engine.scoring.triple_deltas`` (what a copy of a sentence under other tags changes in them),
-``engine.decode.labeler_kernel`` (the log-linear labeller's hashing and scoring), ``engine.text.linear``
+``engine.features.labeler_kernel`` (the log-linear labeller's hashing and scoring), ``engine.text.linear``
 (the word classifiers' and the tokenizer's scores), ``engine.text.crf_ragged`` (the tagger's chains),
 ``engine.graph.tags`` (TAGLINK and CHAIN messages of joint tagging and parsing), ``engine.inference.relaxed_scan``
 (relaxed inference's gain screen and eta) and ``engine.constituency.kernel`` (inside-outside over
@@ -24,9 +24,9 @@ from engine.constituency.anchored import AnchoredScores, build_items, full_mask
 from engine.constituency.factor import make_factor, substates
 from engine.constituency.grammar import Grammar
 from engine.constituency.inside_outside import inside_outside
-from engine.decode.labeler_features import CONTEXT_TEMPLATES, DEFAULT_TEMPLATES
 from engine.decode.loglinear_labeler import LogLinearLabeler
 from engine.features.extract import FeatureExtractor
+from engine.features.labeler_features import CONTEXT_TEMPLATES, DEFAULT_TEMPLATES
 from engine.features.second_order import (
     attribute_codes,
     default_second_order,
@@ -40,6 +40,7 @@ from engine.graph.pairwise import PairFamily, grand_arcs
 from engine.graph.tags import TagChain, TagLink
 from engine.inference.relaxed_scan import left_out_eta, screen
 from engine.scoring.fused import ArcScorer
+from engine.scoring.link_labels import LinkLabels
 from engine.scoring.triple_deltas import copy_deltas
 from engine.text import crf_ragged
 from engine.text.linear import HashedLogLinear, row_sums
@@ -93,6 +94,8 @@ def _labeller(tokens: _Tokens) -> None:
         stacked = LogLinearLabeler(["det", "root", "obj"], np.zeros((1 << 4, 3), dtype=dtype),
                                    [*DEFAULT_TEMPLATES, *CONTEXT_TEMPLATES], context=first)
         stacked.predict_batch([tokens], heads)
+        roles = LinkLabels(["det", "root", "obj"], np.zeros((1 << 4, 3), dtype=dtype))  # label-aware LINK factors
+        roles.predict_batch([tokens], heads)
 
 
 def _tagger_chains() -> None:

@@ -167,7 +167,9 @@ def load_common(directory: str | os.PathLike[str],
         templates = tuple(ArcTemplate.parse(t) for t in manifest["features"]["templates"])
         extractor = FeatureExtractor(templates, int(manifest["features"]["dim"]))
         stored = manifest["labeler"]
-        labeler = CountLabeler() if "component" in stored else CountLabeler.from_json(stored)  # see Pipeline.load
+        # a pipeline's labeller (Pipeline.load) or a BP model's label-aware links (BPParser.from_stored) replace it
+        own = "component" in stored or "link_labels" in stored
+        labeler = CountLabeler() if own else CountLabeler.from_json(stored)
         return extractor, TreeConstraint(**manifest["tree"]), labeler
     except (KeyError, TypeError, ValueError) as e:
         raise ModelError(f"{directory}: manifest is incomplete or inconsistent ({e})") from e

@@ -76,7 +76,8 @@ class Pipeline:
     morph: Any | None = None
 
     def __post_init__(self) -> None:
-        if self.labeler is not None:
+        # a BP parser with label-aware LINK factors labels with its own role model (engine.scoring.link_labels)
+        if self.labeler is not None and getattr(self.parser, "link_labels", None) is None:
             self.parser.labeler = self.labeler
 
     @property

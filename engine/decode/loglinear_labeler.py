@@ -36,7 +36,7 @@ Every template's value is hashed (``engine.hashing``) into ``buckets`` rows of a
 Singer 2011) over shuffled mini-batches; with ``dev`` given, the epoch with the best dev label accuracy is
 kept. Feature extraction is numpy-vectorised over all words of a batch of sentences (one hash of every
 token attribute, then every template at once per arity), so there is no Python loop over arcs or templates;
-the attributes, templates and extraction live in ``engine.decode.labeler_features``.
+the attributes, templates and extraction live in ``engine.features.labeler_features``.
 """
 
 from __future__ import annotations
@@ -49,14 +49,14 @@ from typing import Any, TypedDict
 import numpy as np
 from scipy import sparse
 
-from engine.decode.labeler_features import (  # noqa: F401 (templates re-exported for their users)
+from engine.features.labeler_features import (  # noqa: F401 (templates re-exported for their users)
     CHUNK,
     CONTEXT_TEMPLATES,
     DEFAULT_TEMPLATES,
     CompiledTemplates,
     Tokens,
 )
-from engine.decode.labeler_kernel import row_scores, unique_rows
+from engine.features.labeler_kernel import row_scores, unique_rows
 from engine.optim import AdaGrad, EpochLoop
 from engine.text.jackknife import fold_bounds  # contiguous folds, as for the tagger
 

@@ -31,6 +31,7 @@ from engine.graph.hard import AtMost1, Exactly1, Link
 from engine.graph.nocross import NoCross
 from engine.graph.pairwise import PairFamily, grand_arcs, hard_pairs, no2cycle_arcs, not2_arcs, sib_arcs
 from engine.graph.tree import Tree
+from engine.scoring.link_labels import ArcRoles
 from engine.scoring.triple_deltas import copy_deltas
 
 SOFT_FAMILIES = ("grand", "sib", "childseq", "nocross")
@@ -58,6 +59,8 @@ class SentenceGraph:
     link: Link
     soft: dict[str, SoftTerms] = field(default_factory=dict)
     link_features: np.ndarray | None = None  # (n+1, n+1, K) first-order feature indices
+    link_posterior: np.ndarray | None = None  # (Z, n+1, n+1) p(z | edge) of a model with latent edge clusters
+    roles: ArcRoles | None = None  # label-aware LINK factors: each kept arc's roles (engine.scoring.link_labels)
 
 
 def _gold_arcs(heads: np.ndarray) -> np.ndarray:

@@ -86,3 +86,39 @@ def scatter_cluster_gradient(features: np.ndarray, score_grad: np.ndarray, poste
         grad[z] = np.bincount(flat, weights=np.repeat((score_grad * posterior[z]).reshape(-1), k), minlength=dim)
     grad[:, 0] = 0.0
     return grad
+
+
+# -- clusters inside a BP model's LINK factors ------------------------------------------------------------------
+# A BP model keeps its weights in one flat vector (``engine.bp_parser.BPParser``); with K clusters its first
+# ``K * dim`` entries are the cluster blocks, cluster-major (block z = entries ``z*dim .. (z+1)*dim``), and its
+# higher-order block follows them. The LINK factor of an edge gets the marginalised score ``s(h, m)`` of eq. 18,
+# so BP runs unchanged, and the surrogate gradient (Smith & Eisner 2008 eq. 10) reaches block z through
+# ``d s / d theta_z = p(z | h, m) f(h, m)``.
+
+def cluster_blocks(weights: np.ndarray, clusters: int, dim: int) -> list[np.ndarray]:
+    """The ``clusters`` weight blocks of a flat vector whose first ``clusters * dim`` entries hold them (views)."""
+    if len(weights) < clusters * dim:
+        raise ValueError(f"{clusters} cluster blocks of {dim} need at least {clusters * dim} weights, "
+                         f"got {len(weights)}")
+    return [weights[z * dim:(z + 1) * dim] for z in range(clusters)]
+
+
+def flat_cluster_weights(first_order: np.ndarray, clusters: int, seed: int,
+                         scale: float = HIDDEN_INIT_SCALE) -> np.ndarray:
+    """K blocks started from an unclustered first-order model's weights ``first_order`` (dim,): each block is
+    those weights plus the noise of ``initial_cluster_weights`` (the null feature stays 0), so that
+    ``s(h, m)`` starts at about ``theta . f(h, m) + log K``: the same tree distribution as the warm start."""
+    noise = initial_cluster_weights(clusters, len(first_order), seed, scale)
+    return (np.asarray(first_order, dtype=np.float64)[None, :] + noise).reshape(-1)
+
+
+def cluster_gradient_terms(features: np.ndarray, score_grad: np.ndarray, posterior: np.ndarray,
+                           dim: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``scatter_cluster_gradient`` as (indices, values) into the flat layout of ``cluster_blocks``: block z gets
+    ``score_grad * p(z | edge)`` on each of the edge's features (``features`` (..., F), ``score_grad`` and each
+    ``posterior[z]`` the shape of ``features[..., 0]``). The caller zeroes the null feature of every block."""
+    k = features.shape[-1]
+    flat = features.reshape(-1)
+    idx = [flat + z * dim for z in range(len(posterior))]
+    val = [np.repeat((score_grad * posterior[z]).reshape(-1), k) for z in range(len(posterior))]
+    return idx, val

@@ -60,7 +60,7 @@ def _check_compatible(a_dir: str | os.PathLike[str], a: Any, b_dir: str | os.Pat
     for key in _SAME:
         if a.manifest.get(key) != b.manifest.get(key):
             raise ModelError(f"{b_dir} and {a_dir} differ in {key!r}: their weights do not mean the same features")
-    if getattr(a, "clusters", None) is not None and a.weights.shape[0] > 1:
+    if getattr(a, "clusters", None) is not None and (a.weights.ndim == 1 or a.weights.shape[0] > 1):
         raise ModelError(f"{a_dir} has latent edge clusters: runs number their clusters arbitrarily (cluster z of "
                          "one is not cluster z of another), so the mean of their weights means nothing")
     if a.weights.shape != b.weights.shape:

@@ -223,6 +223,9 @@ def train_erma(parser: Any, train: Sequence[Any], config: ErmaConfig, bp: BPConf
                on_batch: Callable[[int, int], None] | None = None) -> TrainResult:
     """Train a ``BPParser``'s weights in place from their current value (e.g. warm-started from its
     pruner) through ``bp`` (fixed iterations); returns the best weights, also left in ``parser``."""
+    if getattr(parser, "clusters", None) is not None or getattr(parser, "link_labels", None) is not None:
+        raise ValueError("approximation-aware training does not back-propagate through latent edge clusters or "
+                         "label-aware links; train a model with them by surrogate CLL (objective cll)")
     start = time.perf_counter()
     keep, skipped = usable_trees(train, parser.constraint)
     sents = [train[i] for i in keep]

@@ -88,6 +88,9 @@ def train_joint(
     (averaged) weights, also left in ``parser``. ``dev_score``, ``progress``, ``on_batch`` as ``train_cll``."""
     if not (len(train) == len(gold_tags) == len(candidates)):
         raise ValueError("train, gold_tags and candidates must have one entry per sentence")
+    if parser.clusters is not None or parser.link_labels is not None:
+        raise ValueError("joint tag and tree training scores TAGLINK with one weight vector and no roles: not with "
+                         "latent edge clusters or label-aware links")
     start = time.perf_counter()
     keep, skipped = usable_trees(train, parser.constraint)
     keep = [i for i in keep if candidates[i] is not None]

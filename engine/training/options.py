@@ -88,10 +88,15 @@ class TrainOptions:
     order: int = option(1, "1: first-order model trained by conditional log-likelihood with exact inference; "
                         "2: higher-order factors trained under belief propagation (a first-order pruner is "
                         "trained first unless given)", choices=(1, 2))
-    hidden_clusters: int = option(1, "latent edge clusters per arc (Smith & Smith 2007 §5.1), order 1 with the cll "
+    hidden_clusters: int = option(1, "latent edge clusters per arc (Smith & Smith 2007 §5.1), with the cll "
                                   "objective: each arc's score is log sum_z exp(theta . f(h, m, z)) over K weight "
-                                  "blocks (K times the parser's weights); 1: none (today's model)", ge=1, le=64,
-                                  metavar="K", job=False)
+                                  "blocks (K times the first-order weights; order 2: inside the LINK factors, "
+                                  "trained by surrogate CLL, the pruner without clusters); 1: none (today's "
+                                  "model)", ge=1, le=64, metavar="K", job=False)
+    labels_in_graph: bool = option(False, "order 2: label-aware LINK factors (Smith & Eisner 2008 §3.1, link roles): "
+                                   "every link also ranges over the labels, trained with the parser by surrogate "
+                                   "CLL of the labelled tree; the tree's labels and their probabilities come from "
+                                   "the same role model (a labeler component is then not used)", job=False)
     factors: tuple[str, ...] = option(("grand", "sib"), "higher-order factor families (order 2): grand "
                                       "(grandparent), sib (siblings), childseq (child sequence), nocross (no "
                                       "crossing arcs)", choices=FACTOR_FAMILIES)
@@ -147,11 +152,13 @@ class TrainOptions:
             raise TrainOptionsError(f"anneal must be two temperatures > 0 (start, end), got {self.anneal!r}")
         if self.objective == "l2+ar" and self.epochs < 2:
             raise TrainOptionsError("objective l2+ar needs at least 2 epochs (L2 first, then annealed risk)")
-        if self.hidden_clusters > 1 and (self.order != 1 or self.objective != "cll" or self.seeds > 1
-                                         or self.cluster is not None):
-            raise TrainOptionsError("hidden_clusters > 1 needs order 1 and the cll objective, with one seed (runs "
-                                    "number their clusters arbitrarily, so their weights cannot be averaged) and "
-                                    "no --cluster")
+        if self.hidden_clusters > 1 and (self.objective != "cll" or self.seeds > 1 or self.cluster is not None):
+            raise TrainOptionsError("hidden_clusters > 1 needs the cll objective (surrogate CLL at order 2), with one "
+                                    "seed (runs number their clusters arbitrarily, so their weights cannot be "
+                                    "averaged) and no --cluster")
+        if self.labels_in_graph and (self.order != 2 or self.objective != "cll" or self.seeds > 1):
+            raise TrainOptionsError("labels_in_graph needs order 2 and the cll objective (surrogate CLL), with one "
+                                    "seed")
         if self.order == 2:  # first-order training ignores the factors
             unknown = sorted(set(self.factors) - set(FACTOR_FAMILIES))
             if unknown:

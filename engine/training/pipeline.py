@@ -36,6 +36,7 @@ from engine.model.store import file_sha256
 from engine.parser import FirstOrderParser
 from engine.pipeline import Pipeline
 from engine.scoring.hidden import HIDDEN_INIT_SCALE
+from engine.scoring.link_labels import ROLE_LEARNING_RATE, LinkLabels
 from engine.text.jackknife import jackknife_tag_draws
 from engine.text.tagger import Tagger
 from engine.text.tokenizer import Tokenizer
@@ -242,8 +243,13 @@ def _train_second_order(first: FirstOrderParser, data: _Data, options: TrainOpti
     approximation-aware through ``options.bp_iterations`` of BP; the mean of ``--seeds`` runs."""
     families = list(options.factors)
     dev, train = data.dev, data.train
+    # latent edge clusters inside LINK (engine.scoring.hidden): K blocks grown from the pruner's weights
+    clusters = options.hidden_clusters if options.hidden_clusters > 1 else None
     model = BPParser.from_first_order(first, {f: tuple(default_second_order([f])) for f in families},
-                                      options.second_dim, prune=True)
+                                      options.second_dim, prune=True, clusters=clusters, seed=options.seed)
+    if options.labels_in_graph:  # label-aware LINK factors: a role model trained with the parser
+        model.link_labels = LinkLabels.new(sorted({r for s in train for r in (s.deprels or [])}))
+        model.labeler = model.link_labels
     bp = BPConfig(max_iterations=options.bp_iterations, schedule="serial")
     # approximation-aware models are chosen (and scored) with the BP iterations they were trained for
     inference = bp if options.objective != "cll" else BPConfig()  # BP's defaults for the others
@@ -278,6 +284,12 @@ def _train_second_order(first: FirstOrderParser, data: _Data, options: TrainOpti
     else:
         training = {"objective": options.objective, "factors": families,
                     "inference_iterations": options.bp_iterations}
+    if model.link_labels is not None:
+        training["link_labels"] = {"learning_rate": ROLE_LEARNING_RATE, "labels": len(model.link_labels.labels),
+                                   "templates": len(model.link_labels.templates)}
+    if clusters is not None:
+        training["hidden"] = {"clusters": clusters, "init_scale": HIDDEN_INIT_SCALE, "init_seed": options.seed,
+                              "start": "the pruner's weights in every block, plus the noise"}
     return _Parser(model, 2, result, runs, training, inference)
 
 

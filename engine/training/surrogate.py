@@ -23,6 +23,8 @@ from engine.bp_parser import BPParser
 from engine.data.batching import length_batches
 from engine.graph.build import SentenceGraph
 from engine.inference.bp import BPConfig, BPResult, run_bp, run_bp_many
+from engine.scoring.hidden import cluster_gradient_terms
+from engine.scoring.link_labels import ROLE_LEARNING_RATE, gradient_rows
 from engine.scoring.potentials import add_into
 from engine.training.cll import TrainConfig, TrainResult, usable_trees
 from engine.training.loop import EpochLoop, dev_or_loss
@@ -54,10 +56,12 @@ def gold_head_loss(graph: SentenceGraph, beliefs: np.ndarray, gold_heads: np.nda
 
 
 def surrogate_gradient_terms(
-    graph: SentenceGraph, gold_heads: np.ndarray, config: BPConfig, result: BPResult | None = None
+    graph: SentenceGraph, gold_heads: np.ndarray, config: BPConfig, result: BPResult | None = None,
+    dim: int = 0,
 ) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
     """Run BP (unless its ``result`` is given); return (-sum log b(gold head), feature indices, their
-    gradient weights)."""
+    gradient weights). A graph with latent edge clusters (``graph.link_posterior``) needs the first-order
+    feature dimension ``dim``, the size of each cluster's block."""
     if result is None:
         result = run_bp(graph.families, graph.valid, config)
     n1 = graph.n + 1
@@ -67,9 +71,35 @@ def surrogate_gradient_terms(
     feats = graph.link_features
     assert feats is not None, "the graph was built without its first-order features"
     soft_idx, soft_val = soft_gradient_terms(graph, graph.families, result.incoming, gold_heads)
-    idx = [feats.reshape(-1), *soft_idx]
-    val = [np.repeat((b - y).reshape(-1), feats.shape[-1]), *soft_val]
+    if graph.link_posterior is None:
+        idx = [feats.reshape(-1), *soft_idx]
+        val = [np.repeat((b - y).reshape(-1), feats.shape[-1]), *soft_val]
+    else:  # latent edge clusters: block z of the flat weights gets (b - y) p(z | edge) f (engine.scoring.hidden)
+        if dim < 1:
+            raise ValueError("a graph with latent edge clusters needs the feature dimension of a cluster block")
+        link_idx, link_val = cluster_gradient_terms(feats, b - y, graph.link_posterior, dim)
+        idx, val = [*link_idx, *soft_idx], [*link_val, *soft_val]
     return gold_head_loss(graph, result.beliefs, gold_heads), idx, val
+
+
+def role_gradient_terms(graph: SentenceGraph, beliefs: np.ndarray, gold_heads: np.ndarray,
+                        gold_roles: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """Label-aware LINK factors (``engine.scoring.link_labels``): ``(-sum log p(gold label | gold arc), feature rows
+    of the kept arcs, coefficients (A, R))``. The surrogate log-likelihood of the labelled tree gives each kept
+    arc's role scores the gradient ``b(L_hm) softmax(u)_r - y_hm [r = gold label of m]`` (Smith & Eisner 2008
+    eq. 10 with the roles summed into LINK); ``gold_roles[m - 1]`` is word m's label index, -1 for a label the
+    role model does not have (no observed term; the arc's expected term stays)."""
+    roles = graph.roles
+    assert roles is not None, "the graph was built without label-aware LINK factors"
+    n1 = graph.n + 1
+    coef = beliefs[roles.heads, roles.deps][:, None] * roles.probs
+    where = np.full((n1, n1), -1, dtype=np.int64)
+    where[roles.heads, roles.deps] = np.arange(len(roles.heads))
+    arc = where[gold_heads[1:], np.arange(1, n1)]
+    seen = (arc >= 0) & (gold_roles >= 0)
+    coef[arc[seen], gold_roles[seen]] -= 1.0
+    gold_p = roles.probs[arc[seen], gold_roles[seen]]
+    return float(-np.log(np.maximum(gold_p, 1e-300)).sum()), roles.ids, coef
 
 
 def train_surrogate(
@@ -82,7 +112,10 @@ def train_surrogate(
     on_batch: Callable[[int, int], None] | None = None,
 ) -> TrainResult:
     """Train ``parser.weights`` in place from its current value; returns the best (averaged) weights, also
-    left in ``parser``. ``dev_score``, ``progress`` and ``on_batch`` as for ``train_cll``."""
+    left in ``parser``. ``dev_score``, ``progress`` and ``on_batch`` as for ``train_cll``. A parser with
+    label-aware LINK factors (``parser.link_labels``) trains its role weights alongside, from the gold labels
+    (``role_gradient_terms``; AdaGrad on the rows a batch touches, ``ROLE_LEARNING_RATE``, the same L2), and
+    the best epoch's averaged role weights are left in it too."""
     start = time.perf_counter()
     keep, skipped = usable_trees(train, parser.constraint)
     sents = [train[i] for i in keep]
@@ -92,27 +125,58 @@ def train_surrogate(
     w = parser.weights
     opt = AdaGrad(dim, config.learning_rate)
     buffer = np.zeros(dim)  # every batch's gradient, cleared by the step that reads it
-    loop = EpochLoop([w], total_batches=config.epochs * len(groups), total_epochs=config.epochs,
+    roles = parser.link_labels
+    params = [w]
+    if roles is not None:
+        roles.weights = np.array(roles.weights, dtype=np.float64)  # trained in float64, whatever was stored
+        params.append(roles.weights)
+        role_opt = AdaGrad(roles.weights.shape, ROLE_LEARNING_RATE)
+        index = {label: r for r, label in enumerate(roles.labels)}
+        gold_roles = [np.array([index.get(d, -1) for d in s.deprels], dtype=np.int64) for s in sents]
+    loop = EpochLoop(params, total_batches=config.epochs * len(groups), total_epochs=config.epochs,
                      average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
 
     def step(g: int) -> list[float]:
         batch = [sents[i] for i in groups[g]]
         idx, val, losses = [], [], []
+        role_ids, role_coef = [], []
         for graphs in parser.graph_batches(batch, gold=True, batch_size=len(batch)):
             results = run_bp_many([(graph.families, graph.valid) for _, graph, _ in graphs], bp)
             for (i, graph, _), result in zip(graphs, results, strict=True):
-                loss, ii, vv = surrogate_gradient_terms(graph, batch[i].heads, bp, result)
+                loss, ii, vv = surrogate_gradient_terms(graph, batch[i].heads, bp, result, parser.extractor.dim)
+                if roles is not None:
+                    role_loss, ids, coef = role_gradient_terms(graph, result.beliefs, batch[i].heads,
+                                                               gold_roles[groups[g][i]])
+                    loss += role_loss
+                    role_ids.append(ids)
+                    role_coef.append(coef)
                 losses.append(loss)
                 idx += ii
                 val += vv
         grad = add_into(buffer, np.concatenate(idx), np.concatenate(val))  # np.bincount's sums, no fresh array
-        grad[0] = 0.0
-        opt.step(w, grad, config.l2 * (len(batch) / len(sents)), clear=True)
+        grad[:parser.first_dim:parser.extractor.dim] = 0.0  # the null feature (of every cluster block)
+        share = config.l2 * (len(batch) / len(sents))
+        opt.step(w, grad, share, clear=True)
+        if roles is not None:
+            rows, role_grad = gradient_rows(np.concatenate(role_ids), np.concatenate(role_coef))
+            role_opt.step_rows(roles.weights, rows, role_grad, share)
         return losses  # the loop adds them one by one, in order
 
-    loop.run(config.epochs, lambda: rng.permutation(len(groups)), step, dev_or_loss(dev_score),
-             per=max(len(sents), 1))
+    base = dev_or_loss(dev_score)
+
+    def evaluate(current: Sequence[np.ndarray], entry: dict[str, Any]) -> float:
+        if roles is None:
+            return base(current, entry)
+        saved, roles.weights = roles.weights, current[1]  # the epoch's (averaged) role weights with its weights
+        try:
+            return base(current, entry)
+        finally:
+            roles.weights = saved
+
+    loop.run(config.epochs, lambda: rng.permutation(len(groups)), step, evaluate, per=max(len(sents), 1))
     out = loop.result()
     parser.weights = out.params[0]
+    if roles is not None:
+        roles.weights = out.params[1]
     return TrainResult(out.params[0], out.best_epoch, out.history, out.interrupted, skipped,
                        time.perf_counter() - start, {**asdict(config), "bp": asdict(bp)})

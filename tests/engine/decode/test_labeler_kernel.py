@@ -11,8 +11,6 @@ import numpy as np
 import pytest
 
 from engine.data.conllu_io import read_conllu
-from engine.decode.labeler_features import _SMALL, BAG_SLOTS, CompiledTemplates
-from engine.decode.labeler_kernel import _MUL, _SHIFT, row_scores, unique_rows
 from engine.decode.loglinear_labeler import (
     CONTEXT_TEMPLATES,
     DEFAULT_TEMPLATES,
@@ -22,6 +20,8 @@ from engine.decode.loglinear_labeler import (
     label_scores,
 )
 from engine.decode.tag_marginal import retagged
+from engine.features.labeler_features import _SMALL, BAG_SLOTS, CompiledTemplates
+from engine.features.labeler_kernel import _MUL, _SHIFT, row_scores, unique_rows
 
 
 def _roll(x: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -46,12 +46,13 @@ def _retag(draw: st.DrawFn, s: Toks) -> Toks:
     return retagged(s, (upos, xpos))
 
 
-def _parser(seed: int = 0) -> BPParser:
+def _parser(seed: int = 0, clusters: int | None = None) -> BPParser:
     rng = np.random.default_rng(seed)
     extractor = FeatureExtractor(tuple(default_first_order()), 1 << 10)
     templates = {"grand": tuple(default_second_order(["grand"])), "sib": tuple(default_second_order(["sib"]))}
-    parser = BPParser(extractor, rng.normal(size=extractor.dim + 512) * 0.3, TreeConstraint("nonprojective", "single"),
-                      CountLabeler(), templates, rng.normal(size=extractor.dim) * 0.3)
+    first = extractor.dim * (clusters or 1)
+    parser = BPParser(extractor, rng.normal(size=first + 512) * 0.3, TreeConstraint("nonprojective", "single"),
+                      CountLabeler(), templates, rng.normal(size=extractor.dim) * 0.3, clusters=clusters)
     for w in (parser.weights, parser.pruner):
         assert w is not None
         w.flags.writeable = False
@@ -59,10 +60,12 @@ def _parser(seed: int = 0) -> BPParser:
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.data(), st.integers(2, 8))
-def test_mixed_link_scores_are_the_weighted_mean_over_taggings(data: st.DataObject, n: int) -> None:
-    """On the kept arcs, the mixture's link scores equal the weighted mean of each tagging's full scores."""
-    parser = _parser(n)
+@given(st.data(), st.integers(2, 8), st.sampled_from([None, 2, 3]))
+def test_mixed_link_scores_are_the_weighted_mean_over_taggings(data: st.DataObject, n: int,
+                                                               clusters: int | None) -> None:
+    """On the kept arcs, the mixture's link scores equal the weighted mean of each tagging's full scores (with
+    latent edge clusters, of each tagging's marginalised scores)."""
+    parser = _parser(n, clusters)
     sentences = [_sentence(data.draw, n) for _ in range(data.draw(st.integers(1, 3)))]
     mixtures: list[TagMixture | None] = []
     for s in sentences:

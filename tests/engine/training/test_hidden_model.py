@@ -33,7 +33,7 @@ TOY = """# sent_id = 1
 
 @pytest.mark.parametrize("bad", [
     {"hidden_clusters": 0},
-    {"hidden_clusters": 2, "order": 2},
+    {"hidden_clusters": 2, "order": 2, "objective": "l2"},
     {"hidden_clusters": 2, "seeds": 2},
     {"hidden_clusters": 2, "objective": "l2"},
 ])

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.decode.labeler_kernel import group_ids
+from engine.features.labeler_kernel import group_ids
 from engine.hashing import hash_string, hash_strings
 
 # Token attributes, for the dependent ("d."), the head ("h."), the head's head ("g."), each child of the dependent
@@ -320,7 +320,7 @@ class CompiledTemplates:
     def feature_ids(self, sentences: Sequence[Tokens], heads: Sequence[np.ndarray], buckets: int,
                     context: Sequence[Sequence[str]] | None = None) -> np.ndarray:
         """(total words, width) int32 hashed feature rows in ``[1, buckets)`` (a power of two), 0 = null
-        (the templates hashed arc by arc in ``engine.decode.labeler_kernel``; the same ids as hashing each
+        (the templates hashed arc by arc in ``engine.features.labeler_kernel``; the same ids as hashing each
         template atom in numpy, the reference in ``tests/engine/decode/test_labeler_kernel.py``)."""
         a, arc = self._arcs(sentences, heads, context)
         out = np.empty((len(a.dep), self.width), dtype=np.int32)

@@ -1,4 +1,4 @@
-"""The compiled inner loop of the labeller's feature extraction (``engine.decode.labeler_features``).
+"""The compiled inner loop of the labeller's feature extraction (``engine.features.labeler_features``).
 
 ``CompiledTemplates.feature_ids`` hashes every template of every arc with a multiply-xorshift rolling hash
 over the template's atoms. In numpy that is one pass over an ``(arcs, templates)`` (or ``(arcs, slots,

@@ -1,0 +1,202 @@
+"""Label-aware LINK factors (Smith & Eisner 2008 §3.1, link roles; ``engine.scoring.link_labels``).
+
+Against enumeration of every labelled tree (n <= 4 words, 3 labels): BP over LINK + TREE with the roles summed
+into LINK gives each link's belief and each (link, role) belief exactly; the surrogate gradient of the labelled
+tree's log-likelihood (links and roles) equals finite differences of the enumerated log-likelihood. The role
+model's features of any arc are the labeller's arc-local features of a tree holding that arc. A model trained with
+``--labels-in-graph`` saves, loads and labels with the same role model."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from engine.bp_parser import BPParser, load_any
+from engine.data.conllu_io import read_conllu
+from engine.decode.labeler import CountLabeler
+from engine.features.extract import FeatureExtractor
+from engine.features.labeler_features import DEFAULT_TEMPLATES, CompiledTemplates
+from engine.features.templates import ArcTemplate
+from engine.inference.bp import BPConfig, run_bp
+from engine.kernels.brute_force import enumerate_trees
+from engine.kernels.exact import TreeConstraint
+from engine.model.store import ModelError
+from engine.scoring.link_labels import LinkLabels, arc_local, gradient_rows
+from engine.scoring.potentials import arc_scores
+from engine.training.options import TrainOptionsError
+from engine.training.pipeline import TrainOptions, train_model
+from engine.training.surrogate import role_gradient_terms, surrogate_gradient_terms
+from tests.engine.training.test_hidden_model import TOY
+
+LABELS = ["a", "b", "c"]
+BUCKETS = 1 << 7
+TEMPLATES = (ArcTemplate(("upos",), ("upos",), "dist"), ArcTemplate(("form",), ("upos",), "dir"))
+DIM = 1 << 7
+SENTENCES = [
+    SimpleNamespace(forms="dogs bark .".split(), upos="NOUN VERB PUNCT".split(), xpos="NNS VBP .".split(),
+                    heads=np.array([-1, 2, 0, 2]), deprels=["a", "c", "b"]),
+    SimpleNamespace(forms="the dog barks loudly".split(), upos="DET NOUN VERB ADV".split(),
+                    xpos="DT NN VBZ RB".split(), heads=np.array([-1, 2, 3, 0, 3]), deprels=["b", "a", "c", "b"]),
+]
+
+
+def _parser(seed: int, tree: str = "nonprojective") -> BPParser:
+    rng = np.random.default_rng(seed)
+    w = rng.normal(scale=0.5, size=DIM)
+    w[0] = 0.0
+    roles = LinkLabels(LABELS, rng.normal(scale=0.7, size=(BUCKETS, len(LABELS))))
+    roles.weights[0] = 0.0
+    return BPParser(FeatureExtractor(TEMPLATES, DIM), w, TreeConstraint(tree, "single"), CountLabeler(), {},
+                    link_labels=roles)
+
+
+def _enumerated(parser: BPParser, sentence: SimpleNamespace) -> tuple[np.ndarray, np.ndarray]:
+    """(s (n+1, n+1), u (n+1, n+1, R)) for every arc, the role scores from each arc's own feature row."""
+    n = len(sentence.forms)
+    s = arc_scores(parser.weights, parser.extractor.extract([sentence]))[0]
+    heads, deps = np.nonzero(np.isfinite(s))
+    assert parser.link_labels is not None
+    ids = parser.link_labels.arc_ids(sentence, heads, deps)
+    u = np.full((n + 1, n + 1, len(LABELS)), -np.inf)
+    u[heads, deps] = parser.link_labels.scores(ids)
+    return s, u
+
+
+def _labelled_trees(n: int, constraint: TreeConstraint) -> list[tuple[np.ndarray, tuple[int, ...]]]:
+    trees = enumerate_trees(n, single_root=constraint.single_root, projective=constraint.projective)
+    return [(t, lab) for t in trees for lab in itertools.product(range(len(LABELS)), repeat=n)]
+
+
+def _log_score(s: np.ndarray, u: np.ndarray, tree: np.ndarray, labels: tuple[int, ...]) -> float:
+    return math.fsum(s[tree[m], m] + u[tree[m], m, labels[m - 1]] for m in range(1, len(tree)))
+
+
+@pytest.mark.parametrize("tree", ["nonprojective", "projective"])
+def test_bp_beliefs_of_links_and_roles_equal_enumeration(tree: str) -> None:
+    parser = _parser(3, tree)
+    for sentence in SENTENCES:
+        n = len(sentence.forms)
+        s, u = _enumerated(parser, sentence)
+        everything = _labelled_trees(n, parser.constraint)
+        logs = np.array([_log_score(s, u, t, lab) for t, lab in everything])
+        p = np.exp(logs - logs.max())
+        p /= p.sum()
+        link = np.zeros((n + 1, n + 1))
+        role = np.zeros((n + 1, n + 1, len(LABELS)))
+        for (t, lab), q in zip(everything, p, strict=True):
+            for m in range(1, n + 1):
+                link[t[m], m] += q
+                role[t[m], m, lab[m - 1]] += q
+        graph = next(parser.graphs([sentence]))[1]
+        assert graph.roles is not None
+        result = run_bp(graph.families, graph.valid, BPConfig(max_iterations=5))
+        np.testing.assert_allclose(np.where(graph.valid, result.beliefs, 0.0), link, rtol=0, atol=1e-9)
+        b = result.beliefs[graph.roles.heads, graph.roles.deps][:, None] * graph.roles.probs
+        np.testing.assert_allclose(b, role[graph.roles.heads, graph.roles.deps], rtol=0, atol=1e-9)
+        # a parse's labels: the most believed role on each tree arc, its probability given the arc
+        parsed = parser.parse([sentence], BPConfig(max_iterations=5))[0]
+        for m in range(1, n + 1):
+            given = role[parsed.heads[m], m] / role[parsed.heads[m], m].sum()
+            assert parsed.deprels[m - 1] == LABELS[int(given.argmax())]
+            assert parsed.label_probs[m - 1] == pytest.approx(given.max(), abs=1e-9)
+
+
+def _labelled_nll(w: np.ndarray, v: np.ndarray, parser: BPParser, sentence: SimpleNamespace) -> float:
+    """-log p(gold tree, gold labels) by enumeration, under link weights ``w`` and role weights ``v``."""
+    saved_w, saved_v = parser.weights, parser.link_labels.weights  # type: ignore[union-attr]
+    parser.weights, parser.link_labels.weights = w, v  # type: ignore[union-attr]
+    try:
+        s, u = _enumerated(parser, sentence)
+    finally:
+        parser.weights, parser.link_labels.weights = saved_w, saved_v  # type: ignore[union-attr]
+    logs = [_log_score(s, u, t, lab) for t, lab in _labelled_trees(len(sentence.forms), parser.constraint)]
+    top = max(logs)
+    log_z = top + math.log(math.fsum(math.exp(x - top) for x in logs))
+    gold = tuple(LABELS.index(d) for d in sentence.deprels)
+    return log_z - _log_score(s, u, sentence.heads, gold)
+
+
+@pytest.mark.parametrize("tree", ["nonprojective", "projective"])
+def test_the_labelled_surrogate_gradient_passes_finite_differences(tree: str) -> None:
+    """On LINK + TREE the surrogate gradient is the exact gradient of -log p(tree, labels)."""
+    parser = _parser(5, tree)
+    assert parser.link_labels is not None
+    for sentence in SENTENCES:
+        graph = next(parser.graphs([sentence], gold=True))[1]
+        result = run_bp(graph.families, graph.valid, BPConfig(max_iterations=5))
+        _, idx, val = surrogate_gradient_terms(graph, sentence.heads, BPConfig(), result)
+        grad_w = np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=DIM)
+        grad_w[0] = 0.0
+        gold = np.array([LABELS.index(d) for d in sentence.deprels])
+        role_loss, ids, coef = role_gradient_terms(graph, result.beliefs, sentence.heads, gold)
+        rows, grad_rows = gradient_rows(ids, coef)
+        grad_v = np.zeros_like(parser.link_labels.weights)
+        grad_v[rows] = grad_rows
+        w, v, eps = parser.weights, parser.link_labels.weights, 1e-5
+        for f in np.flatnonzero(grad_w)[:12]:
+            up, down = w.copy(), w.copy()
+            up[f] += eps
+            down[f] -= eps
+            fd = (_labelled_nll(up, v, parser, sentence) - _labelled_nll(down, v, parser, sentence)) / (2 * eps)
+            assert grad_w[f] == pytest.approx(fd, abs=1e-6)
+        checked = 0
+        for r in rows[:6]:
+            for lab in range(len(LABELS)):
+                up, down = v.copy(), v.copy()
+                up[r, lab] += eps
+                down[r, lab] -= eps
+                fd = (_labelled_nll(w, up, parser, sentence) - _labelled_nll(w, down, parser, sentence)) / (2 * eps)
+                assert grad_v[r, lab] == pytest.approx(fd, abs=1e-6)
+                checked += 1
+        assert checked == 3 * min(6, len(rows)) and role_loss > 0
+
+
+def test_arc_features_are_the_labellers_on_a_tree_holding_the_arc() -> None:
+    model = LinkLabels.new(LABELS, BUCKETS)
+    compiled = CompiledTemplates(arc_local())
+    sentence = SENTENCES[1]
+    n = len(sentence.forms)
+    heads, deps = np.nonzero(~np.eye(n + 1, dtype=bool) & (np.arange(n + 1)[None, :] > 0))
+    ids = model.arc_ids(sentence, heads, deps)
+    for a, (h, m) in enumerate(zip(heads, deps, strict=True)):
+        tree = np.zeros(n + 1, dtype=np.int64)  # any heads for the other words: the templates do not read them
+        tree[m] = h
+        np.testing.assert_array_equal(ids[a], compiled.feature_ids([sentence], [tree], BUCKETS)[m - 1])
+    assert len(arc_local()) < len(DEFAULT_TEMPLATES)  # the tree-reading templates are left out
+    with pytest.raises(ValueError, match="arc-local"):
+        LinkLabels(LABELS, np.zeros((BUCKETS, 3)), (("d.upos", "d.children"),))
+
+
+def test_a_model_with_labels_in_the_graph_trains_saves_loads_and_labels(tmp_path: Path) -> None:
+    data = tmp_path / "toy.conllu"
+    data.write_text(TOY * 6, encoding="utf-8")
+    out = tmp_path / "roles"
+    summary = train_model(data, data, out, TrainOptions(order=2, labels_in_graph=True, epochs=2, dim=4099,
+                                                        second_dim=1031, components=("parser",)), progress=False)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["link_labels"]["labels"] == ["det", "nsubj", "punct", "root"]
+    assert manifest["labeler"] == {"link_labels": True}
+    parser = load_any(out)
+    assert isinstance(parser, BPParser) and isinstance(parser.labeler, LinkLabels)
+    assert parser.labeler is parser.link_labels and parser.link_labels.weights.any()
+    sentences = read_conllu(data)
+    parsed = parser.parse(sentences)
+    las = 100.0 * np.mean(np.concatenate([(p.heads[1:] == s.heads[1:]) & (np.array(p.deprels) == np.array(s.deprels))
+                                          for s, p in zip(sentences, parsed, strict=True)]))
+    assert summary["dev"]["las"] == pytest.approx(las)
+    for s, p in zip(sentences, parsed, strict=True):  # the labels given the arcs: the role model on the tree's arcs
+        dist = parser.link_labels.distribution(s, p.heads)
+        np.testing.assert_allclose(p.label_probs, dist.max(axis=1), rtol=0, atol=1e-12)
+    broken = json.loads((out / "manifest.json").read_text())
+    broken["link_labels"]["buckets"] = 64
+    (out / "manifest.json").write_text(json.dumps(broken))
+    with pytest.raises(ModelError, match="role model"):
+        load_any(out)
+    with pytest.raises(TrainOptionsError, match="labels_in_graph"):
+        TrainOptions(order=1, labels_in_graph=True)
