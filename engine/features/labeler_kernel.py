@@ -129,11 +129,10 @@ def unique_rows(ids: np.ndarray, hash_mask: np.uint64 = _ALL_BITS) -> tuple[np.n
 
 
 @njit(cache=True, nogil=True)
-def row_scores(weights: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``label_scores(weights, ids[rows])``: for each row the sum of the weight rows of its features (id 0,
-    the null feature, left out), added in the row's order from 0 in the weights' precision, as scipy's
-    sparse-dense product adds them."""
-    out = np.zeros((len(rows), weights.shape[1]), dtype=weights.dtype)
+def add_row_scores(weights: np.ndarray, ids: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
+    """``out[i] += `` the sum of the weight rows of the features of ``ids[rows[i]]`` (id 0, the null feature, left
+    out), added in the row's order in ``out``'s precision (``row_scores``; the label-aware LINK factors'
+    ``engine.scoring.link_labels`` adds float32 weights into float64)."""
     for i in range(len(rows)):
         r = rows[i]
         for j in range(ids.shape[1]):
@@ -141,4 +140,13 @@ def row_scores(weights: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> np.nda
             if f != 0:
                 for k in range(weights.shape[1]):
                     out[i, k] += weights[f, k]
+
+
+@njit(cache=True, nogil=True)
+def row_scores(weights: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``label_scores(weights, ids[rows])``: for each row the sum of the weight rows of its features (id 0,
+    the null feature, left out), added in the row's order from 0 in the weights' precision, as scipy's
+    sparse-dense product adds them."""
+    out = np.zeros((len(rows), weights.shape[1]), dtype=weights.dtype)
+    add_row_scores(weights, ids, rows, out)
     return out

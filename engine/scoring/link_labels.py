@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numba import njit  # type: ignore[import-untyped]
 from scipy import sparse
 
 from engine.features.labeler_features import CHUNK, DEFAULT_TEMPLATES, CompiledTemplates, Tokens
+from engine.features.labeler_kernel import add_row_scores
 
 # Atoms a template may read and still be a function of (h, m) alone.
 _TREE_ATOMS = ("children", "lc_", "rc_", "deprel")
@@ -118,11 +118,13 @@ class LinkLabels:
 
     def scores(self, ids: np.ndarray) -> np.ndarray:
         """(A, R) role scores ``u``: the sum of the weight rows of each arc's features, added in float64 in the
-        row's feature order whatever the stored type (``_role_scores``)."""
+        row's feature order whatever the stored type (``add_row_scores``)."""
         weights = self.weights
         if weights.dtype not in (np.float32, np.float64) or not weights.flags.c_contiguous:
             weights = np.ascontiguousarray(weights, dtype=np.float64)
-        return _role_scores(weights, np.ascontiguousarray(ids))
+        out = np.zeros((len(ids), weights.shape[1]))
+        add_row_scores(weights, np.ascontiguousarray(ids), np.arange(len(ids)), out)
+        return out
 
     # -- as a labeller of given trees (``engine.decode.labeler``): the same role distributions, read on the tree's
     # arcs; arc-local, so each is softmax(u) of that arc exactly as the factor graph held it
@@ -163,20 +165,6 @@ class LinkLabels:
             raise ValueError(f"link_label_weights have shape {weights.shape}, the manifest says "
                              f"({meta['buckets']}, {len(meta['labels'])})")
         return cls(list(meta["labels"]), weights, templates)
-
-
-@njit(cache=True, nogil=True)
-def _role_scores(weights: np.ndarray, ids: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
-    """For each row of ``ids`` the float64 sum of the weight rows of its features (id 0, the null feature, left
-    out), in the row's order: no widened copy of the weights, no temporary of (A, K, R)."""
-    out = np.zeros((ids.shape[0], weights.shape[1]))
-    for a in range(ids.shape[0]):
-        for j in range(ids.shape[1]):
-            f = ids[a, j]
-            if f != 0:
-                for r in range(weights.shape[1]):
-                    out[a, r] += weights[f, r]
-    return out
 
 
 def summed_out(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

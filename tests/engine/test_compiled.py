@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from engine.compiled import warm_up
 from engine.features import labeler_kernel, second_order
-from engine.scoring import fused, link_labels, triple_deltas
+from engine.scoring import fused, triple_deltas
 from engine.text import crf_ragged, linear
 
 
 def test_warm_up_compiles_every_parsing_kernel_for_every_weight_type() -> None:
     warm_up()
     per_weight_type = {fused._scores_kernel: 3, triple_deltas._deltas_kernel: 3, labeler_kernel.row_scores: 2,
-                       linear.row_sums: 2, link_labels._role_scores: 2}
+                       linear.row_sums: 2, labeler_kernel.add_row_scores: 2}
     for kernel, types in per_weight_type.items():
         assert len(kernel.signatures) >= types, kernel
     for kernel in (second_order._triple_kernel, labeler_kernel.group_ids, labeler_kernel.unique_rows,
