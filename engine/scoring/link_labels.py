@@ -133,7 +133,9 @@ class LinkLabels:
         """``p[m-1, r]``: the role distribution of word m's arc ``heads[m] -> m``, per sentence; rows sum to 1."""
         if not sentences:
             return []
-        ids = self.compiled.feature_ids(sentences, heads, self.weights.shape[0])
+        buckets = self.weights.shape[0]
+        ids = np.concatenate([self.compiled.feature_ids(sentences[i:i + CHUNK], heads[i:i + CHUNK], buckets)
+                              for i in range(0, len(sentences), CHUNK)])  # chunks keep the working set in cache
         _, p = summed_out(self.scores(ids))
         return np.split(p, np.cumsum([len(s.forms) for s in sentences])[:-1])
 
@@ -161,6 +163,8 @@ class LinkLabels:
     def from_state(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> LinkLabels:
         templates = tuple(tuple(t.split()) if t else () for t in meta["templates"])
         weights = arrays["link_label_weights"]
+        if weights.dtype == np.float16:  # a model stored at half precision: float32 holds each value exactly
+            weights = weights.astype(np.float32)
         if weights.shape != (int(meta["buckets"]), len(meta["labels"])):
             raise ValueError(f"link_label_weights have shape {weights.shape}, the manifest says "
                              f"({meta['buckets']}, {len(meta['labels'])})")

@@ -193,6 +193,12 @@ def test_a_model_with_labels_in_the_graph_trains_saves_loads_and_labels(tmp_path
     for s, p in zip(sentences, parsed, strict=True):  # the labels given the arcs: the role model on the tree's arcs
         dist = parser.link_labels.distribution(s, p.heads)
         np.testing.assert_allclose(p.label_probs, dist.max(axis=1), rtol=0, atol=1e-12)
+    parser.save(tmp_path / "half", half=True)  # large arrays stored as float16: widened once at load
+    half = load_any(tmp_path / "half")
+    assert isinstance(half, BPParser) and half.link_labels is not None
+    assert half.link_labels.weights.dtype == np.float32
+    np.testing.assert_array_equal(half.link_labels.weights,
+                                  np.asarray(parser.link_labels.weights, dtype=np.float16).astype(np.float32))
     broken = json.loads((out / "manifest.json").read_text())
     broken["link_labels"]["buckets"] = 64
     (out / "manifest.json").write_text(json.dumps(broken))
