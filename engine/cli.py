@@ -104,7 +104,8 @@ def cmd_train_joint(args: argparse.Namespace) -> int:
     summary = fine_tune_joint(args.model, args.train, args.dev, args.out, config, folds=args.folds,
                               max_sentences=args.max_sentences, progress=not args.quiet, start=args.start,
                               objective=args.objective, bp_iterations=args.bp_iterations,
-                              tag_candidates=(args.tag_candidates, args.tag_min_marginal))
+                              tag_candidates=(args.tag_candidates, args.tag_min_marginal),
+                              labels_in_graph=args.labels_in_graph)
     print(json.dumps(summary, indent=2))
     return 130 if summary["interrupted"] else 0
 

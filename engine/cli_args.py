@@ -89,6 +89,9 @@ def _add_train_joint(sub: argparse._SubParsersAction) -> None:
                    "best is a candidate if its marginal is at least P, in training and in the written model's "
                    f"default (default: the model's, else {CANDIDATE_MIN_MARGINAL})")
     p.add_argument("--folds", type=int, default=5, help="jackknife folds for the training sentences' candidate tags")
+    p.add_argument("--labels-in-graph", action="store_true", help="label-aware LINK factors (link roles, "
+                   "docs/labels-in-graph.md) trained with the parser, from zero unless the model's parser has them; "
+                   "the written pipeline labels with them instead of its labeller")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-sentences", type=int, default=0, help="train on the first N sentences only")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

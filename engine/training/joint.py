@@ -39,7 +39,7 @@ from engine.text.tag_candidates import TagCandidates
 from engine.training.cll import TrainConfig, TrainResult, usable_trees
 from engine.training.loop import EpochLoop, dev_or_loss
 from engine.training.optim import AdaGrad
-from engine.training.surrogate import gold_head_loss, soft_gradient_terms
+from engine.training.surrogate import RoleSteps, gold_head_loss, role_gradient_terms, soft_gradient_terms
 
 
 def gold_slots(candidates: TagCandidates, upos: Sequence[str], xpos: Sequence[str]) -> np.ndarray:
@@ -55,10 +55,13 @@ def gold_slots(candidates: TagCandidates, upos: Sequence[str], xpos: Sequence[st
 
 
 def joint_gradient_terms(parser: BPParser, sentence: Any, graph: SentenceGraph, candidates: TagCandidates,
-                         gold_heads: np.ndarray, slots: np.ndarray, config: BPConfig, out: np.ndarray) -> float:
+                         gold_heads: np.ndarray, slots: np.ndarray, config: BPConfig, out: np.ndarray,
+                         roles: tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]] | None = None) -> float:
     """Run joint BP on one sentence's ``graph`` (built under its 1-best tags, gold arcs kept) with its
     ``candidates``; add the surrogate gradient (module docstring) into ``out`` and return the loss, minus the
-    log of each word's belief in its gold head (normalised over its heads), as ``surrogate_gradient_terms``."""
+    log of each word's belief in its gold head (normalised over its heads), as ``surrogate_gradient_terms``.
+    ``roles`` = (the words' gold label indices, a list): with label-aware LINK factors, the role gradient of the
+    link beliefs joint BP gave (``role_gradient_terms``) is appended to the list and its loss added."""
     result, families = parser.run_joint(sentence, graph, candidates, config)
     heads, deps = np.nonzero(graph.valid)  # TAGLINK's arcs, in the order of result.taglink
     coef = result.taglink.copy()
@@ -68,7 +71,12 @@ def joint_gradient_terms(parser: BPParser, sentence: Any, graph: SentenceGraph, 
     idx, val = soft_gradient_terms(graph, families, result.links.incoming, gold_heads)
     if idx:
         add_into(out, np.concatenate(idx), np.concatenate(val))
-    return gold_head_loss(graph, result.links.beliefs, gold_heads)
+    loss = gold_head_loss(graph, result.links.beliefs, gold_heads)
+    if roles is not None:
+        role_loss, ids, role_coef = role_gradient_terms(graph, result.links.beliefs, gold_heads, roles[0])
+        roles[1].append((ids, role_coef))
+        loss += role_loss
+    return loss
 
 
 def train_joint(
@@ -88,9 +96,9 @@ def train_joint(
     (averaged) weights, also left in ``parser``. ``dev_score``, ``progress``, ``on_batch`` as ``train_cll``."""
     if not (len(train) == len(gold_tags) == len(candidates)):
         raise ValueError("train, gold_tags and candidates must have one entry per sentence")
-    if parser.clusters is not None or parser.link_labels is not None:
-        raise ValueError("joint tag and tree training scores TAGLINK with one weight vector and no roles: not with "
-                         "latent edge clusters or label-aware links")
+    if parser.clusters is not None:
+        raise ValueError("joint tag and tree training scores TAGLINK with one weight vector: not with latent edge "
+                         "clusters")
     start = time.perf_counter()
     keep, skipped = usable_trees(train, parser.constraint)
     keep = [i for i in keep if candidates[i] is not None]
@@ -104,25 +112,34 @@ def train_joint(
         parser.pruner = np.array(parser.pruner, dtype=np.float64)
     opt = AdaGrad(len(w), config.learning_rate)
     buffer = np.zeros(len(w))  # every batch's gradient, cleared by the step that reads it
-    loop = EpochLoop([w], total_batches=config.epochs * len(groups), total_epochs=config.epochs,
-                     average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
+    roles = None if parser.link_labels is None else RoleSteps(parser.link_labels, sents)  # label-aware LINK
+    loop = EpochLoop([w] if roles is None else [w, roles.roles.weights], total_batches=config.epochs * len(groups),
+                     total_epochs=config.epochs, average=config.average, progress=progress, on_batch=on_batch,
+                     interruptible=True)
 
     def step(g: int) -> list[float]:
         batch = [sents[i] for i in groups[g]]
         losses = []
+        role_terms: list[tuple[np.ndarray, np.ndarray]] = []
         for graphs in parser.graph_batches(batch, gold=True, batch_size=len(batch), link_features=False):
             for i, graph, _ in graphs:
                 k = groups[g][i]
                 losses.append(joint_gradient_terms(parser, batch[i], graph, cands[k], batch[i].heads, slots[k], bp,
-                                                   buffer))
+                                                   buffer, None if roles is None else (roles.gold[k], role_terms)))
         buffer[0] = 0.0
-        opt.step(w, buffer, config.l2 * (len(batch) / len(sents)), clear=True)
+        share = config.l2 * (len(batch) / len(sents))
+        opt.step(w, buffer, share, clear=True)
+        if roles is not None:
+            roles.step([ids for ids, _ in role_terms], [coef for _, coef in role_terms], share)
         return losses
 
-    loop.run(config.epochs, lambda: rng.permutation(len(groups)), step, dev_or_loss(dev_score),
-             per=max(len(sents), 1))
+    evaluate = dev_or_loss(dev_score)
+    loop.run(config.epochs, lambda: rng.permutation(len(groups)), step,
+             evaluate if roles is None else roles.evaluating(evaluate), per=max(len(sents), 1))
     out = loop.result()
     parser.weights = out.params[0]
+    if roles is not None:
+        roles.roles.weights = out.params[1]
     return TrainResult(out.params[0], out.best_epoch, out.history, out.interrupted, skipped,
                        time.perf_counter() - start,
                        {**asdict(config), "bp": asdict(bp), "objective": "joint-surrogate-cll"})

@@ -27,6 +27,7 @@ from engine.inference.bp import BPConfig
 from engine.inference.settings import resolve
 from engine.model.store import ModelError, file_sha256
 from engine.pipeline import Pipeline
+from engine.scoring.link_labels import LinkLabels
 from engine.text.jackknife import jackknife_candidates
 from engine.text.tag_candidates import CandidateSettings
 from engine.training.cll import TrainConfig
@@ -49,14 +50,17 @@ def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, o
                     config: TrainConfig | None = None, folds: int = 5, max_sentences: int = 0,
                     progress: bool = True, start: str = "parser", objective: str = "joint",
                     bp_iterations: int = TRAIN_BP_ITERATIONS,
-                    tag_candidates: tuple[int | None, float | None] = (None, None)) -> dict[str, Any]:
+                    tag_candidates: tuple[int | None, float | None] = (None, None),
+                    labels_in_graph: bool = False) -> dict[str, Any]:
     """Fine-tune ``model``'s parser jointly with tags (module docstring) and write the pipeline to ``out``;
     returns the summary the command prints. ``start``: ``parser`` (its weights) or ``pruner`` (the pipeline's
     first-order pruner weights and zero higher-order weights, as ``train --order 2`` starts its parsers).
     ``objective``: ``joint``, or ``surrogate`` (the control: the same start, the same jackknifed 1-best tags,
     plain surrogate CLL without tag variables, ``engine.training.surrogate``). The dev UAS that chooses the
     epoch is the joint parse's either way. ``tag_candidates`` = (k, min_marginal) overrides the model's candidate
-    settings (``CandidateSettings.resolve``) for training and the dev parses; the written model keeps them."""
+    settings (``CandidateSettings.resolve``) for training and the dev parses; the written model keeps them.
+    ``labels_in_graph``: the parser gets label-aware LINK factors (``engine.scoring.link_labels``, from zero unless
+    it has them) trained with it; the written pipeline labels with them, its labeller component unused."""
     if start not in STARTS or objective not in OBJECTIVES:
         raise ValueError(f"start must be one of {STARTS} and objective one of {OBJECTIVES}")
     config = config or JOINT_DEFAULTS[start]
@@ -80,6 +84,9 @@ def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, o
                                          np.zeros(len(parser.weights) - dim)])
     gold = read_conllu(train_path)[: max_sentences or None]
     check_parsable(gold, train_path)
+    if labels_in_graph and parser.link_labels is None:  # label-aware LINK factors, trained with the parser
+        parser.link_labels = LinkLabels.new(sorted({r for s in gold for r in (s.deprels or [])}))
+        parser.labeler = parser.link_labels
     dev_gold = read_conllu(dev_path)
     check_parsable(dev_gold, dev_path)
     jackknifed, candidates = jackknife_candidates(gold, settings, folds=folds, seed=config.seed, progress=progress)
@@ -115,6 +122,7 @@ def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, o
         "warm_start": f"{os.fspath(model)} ({start})", "train_file": os.path.basename(train_path),
         "sentences": len(gold), "folds": folds, "candidates": {"k": settings.k, "min_marginal": settings.min_marginal},
         "words_with_several_candidates": round(float(several.mean()), 4), "dev_uas_before": round(before, 4),
+        "labels_in_graph": parser.link_labels is not None,
         "best_epoch": result.best_epoch, "history": result.history, "interrupted": result.interrupted,
         "config": {**result.config}, "seconds": round(time.perf_counter() - began, 1)}
     training, metrics = joint_provenance(parser.manifest, joint, dev_path, config.seed, file_sha256(train_path))

@@ -24,7 +24,7 @@ from engine.data.batching import length_batches
 from engine.graph.build import SentenceGraph
 from engine.inference.bp import BPConfig, BPResult, run_bp, run_bp_many
 from engine.scoring.hidden import cluster_gradient_terms
-from engine.scoring.link_labels import ROLE_LEARNING_RATE, gradient_rows
+from engine.scoring.link_labels import ROLE_LEARNING_RATE, LinkLabels, gradient_rows
 from engine.scoring.potentials import add_into
 from engine.training.cll import TrainConfig, TrainResult, usable_trees
 from engine.training.loop import EpochLoop, dev_or_loss
@@ -102,6 +102,35 @@ def role_gradient_terms(graph: SentenceGraph, beliefs: np.ndarray, gold_heads: n
     return float(-np.log(np.maximum(gold_p, 1e-300)).sum()), roles.ids, coef
 
 
+class RoleSteps:
+    """The role weights of label-aware LINK factors trained alongside a BP model's weights (surrogate CLL here,
+    joint tags and trees in ``engine.training.joint``): the sentences' gold label indices, AdaGrad on the rows a
+    batch touches (``ROLE_LEARNING_RATE``), and the dev evaluation with an epoch's role weights swapped in."""
+
+    def __init__(self, roles: LinkLabels, sentences: Sequence[Any]) -> None:
+        self.roles = roles
+        roles.weights = np.array(roles.weights, dtype=np.float64)  # trained in float64, whatever was stored
+        self.opt = AdaGrad(roles.weights.shape, ROLE_LEARNING_RATE)
+        index = {label: r for r, label in enumerate(roles.labels)}
+        self.gold = [np.array([index.get(d, -1) for d in s.deprels], dtype=np.int64) for s in sentences]
+
+    def step(self, ids: list[np.ndarray], coef: list[np.ndarray], l2: float) -> None:
+        """One AdaGrad step from a batch's ``role_gradient_terms`` (``l2``: the batch's share of the penalty)."""
+        rows, grad = gradient_rows(np.concatenate(ids), np.concatenate(coef))
+        self.opt.step_rows(self.roles.weights, rows, grad, l2)
+
+    def evaluating(self, base: Callable[[Sequence[np.ndarray], dict[str, Any]], float],
+                   ) -> Callable[[Sequence[np.ndarray], dict[str, Any]], float]:
+        """``base`` (the loop's evaluation of ``current[0]``) with the epoch's role weights, ``current[1]``."""
+        def evaluate(current: Sequence[np.ndarray], entry: dict[str, Any]) -> float:
+            saved, self.roles.weights = self.roles.weights, current[1]
+            try:
+                return base(current, entry)
+            finally:
+                self.roles.weights = saved
+        return evaluate
+
+
 def train_surrogate(
     parser: BPParser,
     train: Sequence[Any],
@@ -125,14 +154,8 @@ def train_surrogate(
     w = parser.weights
     opt = AdaGrad(dim, config.learning_rate)
     buffer = np.zeros(dim)  # every batch's gradient, cleared by the step that reads it
-    roles = parser.link_labels
-    params = [w]
-    if roles is not None:
-        roles.weights = np.array(roles.weights, dtype=np.float64)  # trained in float64, whatever was stored
-        params.append(roles.weights)
-        role_opt = AdaGrad(roles.weights.shape, ROLE_LEARNING_RATE)
-        index = {label: r for r, label in enumerate(roles.labels)}
-        gold_roles = [np.array([index.get(d, -1) for d in s.deprels], dtype=np.int64) for s in sents]
+    roles = None if parser.link_labels is None else RoleSteps(parser.link_labels, sents)
+    params = [w] if roles is None else [w, roles.roles.weights]
     loop = EpochLoop(params, total_batches=config.epochs * len(groups), total_epochs=config.epochs,
                      average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
 
@@ -146,7 +169,7 @@ def train_surrogate(
                 loss, ii, vv = surrogate_gradient_terms(graph, batch[i].heads, bp, result, parser.extractor.dim)
                 if roles is not None:
                     role_loss, ids, coef = role_gradient_terms(graph, result.beliefs, batch[i].heads,
-                                                               gold_roles[groups[g][i]])
+                                                               roles.gold[groups[g][i]])
                     loss += role_loss
                     role_ids.append(ids)
                     role_coef.append(coef)
@@ -158,25 +181,15 @@ def train_surrogate(
         share = config.l2 * (len(batch) / len(sents))
         opt.step(w, grad, share, clear=True)
         if roles is not None:
-            rows, role_grad = gradient_rows(np.concatenate(role_ids), np.concatenate(role_coef))
-            role_opt.step_rows(roles.weights, rows, role_grad, share)
+            roles.step(role_ids, role_coef, share)
         return losses  # the loop adds them one by one, in order
 
-    base = dev_or_loss(dev_score)
-
-    def evaluate(current: Sequence[np.ndarray], entry: dict[str, Any]) -> float:
-        if roles is None:
-            return base(current, entry)
-        saved, roles.weights = roles.weights, current[1]  # the epoch's (averaged) role weights with its weights
-        try:
-            return base(current, entry)
-        finally:
-            roles.weights = saved
-
-    loop.run(config.epochs, lambda: rng.permutation(len(groups)), step, evaluate, per=max(len(sents), 1))
+    evaluate = dev_or_loss(dev_score)
+    loop.run(config.epochs, lambda: rng.permutation(len(groups)), step,
+             evaluate if roles is None else roles.evaluating(evaluate), per=max(len(sents), 1))
     out = loop.result()
     parser.weights = out.params[0]
     if roles is not None:
-        roles.weights = out.params[1]
+        roles.roles.weights = out.params[1]
     return TrainResult(out.params[0], out.best_epoch, out.history, out.interrupted, skipped,
                        time.perf_counter() - start, {**asdict(config), "bp": asdict(bp)})

@@ -12,10 +12,11 @@ import pytest
 from engine.data.conllu_io import read_conllu
 from engine.inference.bp import BPConfig, run_bp
 from engine.pipeline import Pipeline
+from engine.scoring.link_labels import LinkLabels
 from engine.text.tag_candidates import CandidateSettings, choose_states
 from engine.training.cll import TrainConfig
 from engine.training.joint import gold_slots, joint_gradient_terms, train_joint
-from engine.training.surrogate import surrogate_gradient_terms
+from engine.training.surrogate import role_gradient_terms, surrogate_gradient_terms
 
 PIPELINE = Path(__file__).resolve().parents[3] / "models" / "en_ewt-pipeline"
 ROOT_O2 = PIPELINE.parent / "en_ewt-o2"
@@ -77,6 +78,44 @@ def test_one_candidate_per_word_gives_the_surrogate_gradient(shipped: Pipeline, 
             np.add.at(plain, np.concatenate(idx), np.concatenate(val))
             assert loss == pytest.approx(ref_loss, rel=1e-9)
     assert np.abs(plain).max() > 1.0
+    np.testing.assert_allclose(joint, plain, atol=1e-8 * np.abs(plain).max())
+
+
+def test_label_aware_links_train_jointly_as_in_surrogate_cll(shipped: Pipeline, train: list) -> None:
+    """With label-aware LINK factors and one candidate per word, the joint trainer's link gradient and its role
+    terms (feature rows, coefficients, loss) equal surrogate CLL's on the same graphs."""
+    parser = _trainable(shipped)
+    labels = sorted({d for s in train for d in s.deprels})
+    roles = LinkLabels(labels, np.random.default_rng(0).normal(scale=0.3, size=(1 << 10, len(labels))))
+    parser.link_labels = parser.labeler = roles  # type: ignore[attr-defined]
+    sentences = [s.copy() for s in train[:6]]
+    found: dict = {}
+    shipped.tag_and_sample(sentences, retag=True, candidates=(CandidateSettings(k=1), found))
+    for s, gold in zip(sentences, train[:6], strict=True):
+        s.heads, s.deprels = gold.heads, gold.deprels
+    gold_roles = {i: np.array([labels.index(d) for d in s.deprels]) for i, s in enumerate(sentences)}
+    joint = np.zeros(len(parser.weights))
+    plain = np.zeros(len(parser.weights))
+    by_index = {i: g for i, g, _ in parser.graphs(sentences, gold=True)}
+    checked = 0
+    for batch in parser.graph_batches(sentences, gold=True, link_features=False):
+        for i, graph, _ in batch:
+            assert graph.roles is not None
+            terms: list = []
+            cands = found[i]
+            slots = gold_slots(cands, [u[0] for u in cands.upos], [x[0] for x in cands.xpos])
+            loss = joint_gradient_terms(parser, sentences[i], graph, cands, sentences[i].heads, slots, BP, joint,
+                                        (gold_roles[i], terms))
+            ref = by_index[i]
+            result = run_bp(ref.families, ref.valid, BP)
+            ref_loss, idx, val = surrogate_gradient_terms(ref, sentences[i].heads, BP, result)
+            role_loss, ids, coef = role_gradient_terms(ref, result.beliefs, sentences[i].heads, gold_roles[i])
+            np.add.at(plain, np.concatenate(idx), np.concatenate(val))
+            assert loss == pytest.approx(ref_loss + role_loss, rel=1e-9) and role_loss > 0
+            np.testing.assert_array_equal(terms[0][0], ids)
+            np.testing.assert_allclose(terms[0][1], coef, rtol=0, atol=1e-9)
+            checked += 1
+    assert checked == 6
     np.testing.assert_allclose(joint, plain, atol=1e-8 * np.abs(plain).max())
 
 
@@ -152,6 +191,32 @@ def test_train_joint_writes_a_joint_pipeline_that_evaluate_reads(ewt_dir: Path, 
                  "--out", str(tmp_path / "no"), "--tag-min-marginal", "2"]) == 2
     assert "min_marginal must be in [0, 1]" in capsys.readouterr().err
     assert not (tmp_path / "no").exists()
+
+
+def test_train_joint_with_labels_in_the_graph(ewt_dir: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """``train-joint --labels-in-graph``: the written pipeline's parser carries trained role weights and labels
+    with them (its labeller component kept but unused), and ``evaluate`` scores its labels."""
+    import json
+
+    from engine.cli import main
+
+    train_file = _head(ewt_dir / "en_ewt-ud-train.conllu", 40, tmp_path / "train.conllu")
+    dev_file = _head(ewt_dir / "en_ewt-ud-dev.conllu", 30, tmp_path / "dev.conllu")
+    out = tmp_path / "joint-roles"
+    assert main(["train-joint", "--model", str(PIPELINE), "--train", str(train_file), "--dev", str(dev_file),
+                 "--out", str(out), "--folds", "2", "--epochs", "1", "--labels-in-graph", "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["labels_in_graph"] is True
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["link_labels"]["buckets"] == 1 << 17 and "link_label_weights" in manifest["arrays"]
+    pipeline = Pipeline.load(out)
+    roles = pipeline.parser.labeler
+    assert isinstance(roles, LinkLabels) and roles is pipeline.parser.link_labels  # type: ignore[union-attr]
+    assert np.abs(roles.weights).max() > 0 and pipeline.labeler is not None  # trained; the labeller still stored
+    assert main(["evaluate", "--model", str(out), "--data", str(dev_file), "--tags", "predicted", "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert 0 < scores["las"] <= scores["uas"]
 
 
 def test_untagged_sentences_require_no_state(shipped: Pipeline, train: list) -> None:
