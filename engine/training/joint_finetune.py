@@ -58,9 +58,7 @@ def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, o
     ``objective``: ``joint``, or ``surrogate`` (the control: the same start, the same jackknifed 1-best tags,
     plain surrogate CLL without tag variables, ``engine.training.surrogate``). The dev UAS that chooses the
     epoch is the joint parse's either way. ``tag_candidates`` = (k, min_marginal) overrides the model's candidate
-    settings (``CandidateSettings.resolve``) for training and the dev parses; the written model keeps them.
-    ``labels_in_graph``: the parser gets label-aware LINK factors (``engine.scoring.link_labels``, from zero unless
-    it has them) trained with it; the written pipeline labels with them, its labeller component unused."""
+    settings for training and the dev parses, kept as the written default. ``labels_in_graph``: ``with_link_labels``."""
     if start not in STARTS or objective not in OBJECTIVES:
         raise ValueError(f"start must be one of {STARTS} and objective one of {OBJECTIVES}")
     config = config or JOINT_DEFAULTS[start]
@@ -79,14 +77,12 @@ def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, o
     if start == "pruner":
         if parser.pruner is None:
             raise ModelError(f"{model}: its parser has no pruner to start from")
-        dim = parser.extractor.dim
-        parser.weights = np.concatenate([np.asarray(parser.pruner[:dim], dtype=np.float64),
-                                         np.zeros(len(parser.weights) - dim)])
+        parser.weights = np.concatenate([np.asarray(parser.pruner[:parser.extractor.dim], dtype=np.float64),
+                                         np.zeros(len(parser.weights) - parser.extractor.dim)])
     gold = read_conllu(train_path)[: max_sentences or None]
     check_parsable(gold, train_path)
-    if labels_in_graph and parser.link_labels is None:  # label-aware LINK factors, trained with the parser
-        parser.link_labels = LinkLabels.new(sorted({r for s in gold for r in (s.deprels or [])}))
-        parser.labeler = parser.link_labels
+    if labels_in_graph:
+        with_link_labels(parser, gold)
     dev_gold = read_conllu(dev_path)
     check_parsable(dev_gold, dev_path)
     jackknifed, candidates = jackknife_candidates(gold, settings, folds=folds, seed=config.seed, progress=progress)
@@ -130,6 +126,14 @@ def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, o
     pipeline.save(out, {"name": os.path.basename(os.fspath(out).rstrip("/")), "inference": inference,
                         "training": training, "metrics": metrics})
     return {"model": os.fspath(out), **joint}
+
+
+def with_link_labels(parser: BPParser, sentences: list[Any]) -> None:
+    """Give ``parser`` label-aware LINK factors over the labels of ``sentences`` (``engine.scoring.link_labels``,
+    weights from zero) unless it has them; the written pipeline labels with them, its labeller component unused."""
+    if parser.link_labels is None:
+        parser.link_labels = LinkLabels.new(sorted({r for s in sentences for r in (s.deprels or [])}))
+        parser.labeler = parser.link_labels
 
 
 def joint_provenance(manifest: dict[str, Any], joint: dict[str, Any], dev_path: str | os.PathLike[str],
