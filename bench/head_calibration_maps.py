@@ -6,10 +6,11 @@ half, over 4 random splits (seed 0).
         --data ../shared/data/ud/en_ewt/en_ewt-ud-dev.conllu
 
 The model parses the treebank as ``evaluate --tags predicted --calibration none`` does (its default tag
-samples and tag average). Candidates: the power map ``p^a`` on each word's head distribution
-(``engine.decode.calibration``); Platt scaling (slope and intercept on the chosen head's log-odds) alone and
-after the power map; isotonic regression after the power map (``engine.decode.isotonic``); 15 equal-count
-bins after the power map (histogram binning). Prints one JSON line per candidate: ECE per split and mean.
+samples and tag average; a model without a tagger, as with ``--tags gold``). Candidates: the power map
+``p^a`` on each word's head distribution (``engine.decode.calibration``); Platt scaling (slope and intercept
+on the chosen head's log-odds) alone and after the power map; isotonic regression after the power map
+(``engine.decode.isotonic``); 15 equal-count bins after the power map (histogram binning). Prints one JSON
+line per candidate: ECE per split and mean.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout
 
 from scipy.optimize import minimize
 
-from engine.cli import _load_parser, _parse_tagged, _resolve_tag_samples, build_parser
+from engine.cli import build_parser
+from engine.cli_parse import load_parser, parse_tagged, resolve_tag_samples, tag_inputs
 from engine.data.conllu_io import read_conllu
 from engine.decode.calibration import calibrated, minimise_power
 from engine.decode.isotonic import check_knots, fit_knots
@@ -46,12 +48,13 @@ def main() -> None:
     ap.add_argument("--data", required=True)
     a = ap.parse_args()
     args = build_parser().parse_args(["evaluate", "--model", a.model, "--data", a.data, "--calibration", "none"])
-    _, parse = _load_parser(args)
-    _resolve_tag_samples(args)
+    _, parse = load_parser(args)
+    resolve_tag_samples(args)
     gold = read_conllu(a.data)
     inputs = [s.copy() for s in gold]
-    _, draws = args.pipeline.tag_and_sample(inputs, retag=True, samples=args.tag_samples)
-    parsed = _parse_tagged(args, parse, inputs, draws)
+    # as the CLI tags them (a joint model's candidate tags too); a model without a tagger parses the gold tags
+    draws = tag_inputs(args, inputs, retag=True)[1] if args.pipeline.tagger is not None else [[] for _ in inputs]
+    parsed = parse_tagged(args, parse, inputs, draws)
     right = np.concatenate([p.heads[1:] == g.heads[1:] for p, g in zip(parsed, gold, strict=True)])
     sentence = np.concatenate([np.full(g.n, i) for i, g in enumerate(gold)])
     raw = np.concatenate([p.head_probs for p in parsed])
