@@ -30,21 +30,11 @@ from engine.bp_parser import BPParser, load_any  # noqa: E402
 from engine.data.conllu_io import read_conllu  # noqa: E402
 from engine.decode.labeler import label_many  # noqa: E402
 from engine.decode.loglinear_labeler import LogLinearLabeler  # noqa: E402
-from engine.evaluation.metrics import attachment_scores  # noqa: E402
+from engine.evaluation.metrics import attachment_scores, calibration  # noqa: E402
 from engine.scoring.link_labels import arc_local  # noqa: E402
 from engine.training.pipeline import LABELER_BUCKETS  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud" / "en_ewt"
-
-
-def _ece(conf: np.ndarray, right: np.ndarray, bins: int = 15) -> float:
-    which = np.minimum((conf * bins).astype(int), bins - 1)
-    total = 0.0
-    for b in range(bins):
-        sel = which == b
-        if sel.any():
-            total += sel.sum() / len(conf) * abs(conf[sel].mean() - right[sel].mean())
-    return float(total)
 
 
 def _score(gold: list, heads: list, labels: list, probs: list, head_probs: list) -> dict[str, float]:
@@ -54,7 +44,7 @@ def _score(gold: list, heads: list, labels: list, probs: list, head_probs: list)
     conf = np.concatenate([np.asarray(p, dtype=float) for p in probs])
     return {"uas": round(s["uas"], 2), "las": round(s["las"], 2),
             "label_accuracy_attached": round(100.0 * float(right[attached].mean()), 2),
-            "label_ece_attached": round(_ece(conf[attached], right[attached].astype(float)), 4)}
+            "label_ece_attached": round(calibration(conf[attached], right[attached])[0], 4)}
 
 
 def main() -> int:

@@ -55,10 +55,6 @@ class BPParser:
     (``engine.scoring.link_labels``): its potential gains ``log sum_r exp u(h, m, r)``, and the same role model,
     as the parser's ``labeler``, labels the tree."""
 
-    def __post_init__(self) -> None:
-        if self.link_labels is not None:
-            self.labeler = self.link_labels  # labels come from the graph's own role model
-
     extractor: FeatureExtractor
     if TYPE_CHECKING:
         weights: np.ndarray  # float64
@@ -79,6 +75,10 @@ class BPParser:
     _scorer: ArcScorer | None = field(default=None, repr=False, compare=False)
     _blocks: tuple[np.ndarray, list[np.ndarray]] | None = field(default=None, repr=False, compare=False)
     _factor_block: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.link_labels is not None:
+            self.labeler = self.link_labels  # labels come from the graph's own role model
 
     def factor_weights(self) -> tuple[np.ndarray, int]:
         """The weights the higher-order factors read and the offset of their block in them. A loaded model's
@@ -108,7 +108,7 @@ class BPParser:
         first = [weights]
         if self.clusters is not None:
             if self._blocks is None or self._blocks[0] is not weights:
-                self._blocks = (weights, cluster_blocks(weights, self.clusters, self.extractor.dim))
+                self._blocks = (weights, list(cluster_blocks(weights, self.clusters, self.extractor.dim)))
             first = self._blocks[1]
         return first + ([pruner] if pruner is not None else [])
 
@@ -217,7 +217,7 @@ class BPParser:
                 if self.clusters is None:
                     scores = [arc_scores(self.weights, feats)]
                 else:  # the marginalised scores and p(z | edge), which the surrogate gradient reads
-                    blocks = np.reshape(self.weights[:self.first_dim], (self.clusters, self.extractor.dim))
+                    blocks = cluster_blocks(self.weights, self.clusters, self.extractor.dim)
                     marginal, posterior = marginalise_clusters(cluster_scores(blocks, feats))
                     scores = [marginal]
                 if self.pruner is not None:

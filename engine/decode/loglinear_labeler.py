@@ -50,11 +50,11 @@ import numpy as np
 from scipy import sparse
 
 from engine.features.labeler_features import (  # noqa: F401 (templates re-exported for their users)
-    CHUNK,
     CONTEXT_TEMPLATES,
     DEFAULT_TEMPLATES,
     CompiledTemplates,
     Tokens,
+    touched_design,
 )
 from engine.features.labeler_kernel import row_scores, unique_rows
 from engine.optim import AdaGrad, EpochLoop
@@ -131,11 +131,7 @@ def loss_and_gradient(
     keep = gold >= 0
     ids, gold = ids[keep], gold[keep]
     n = len(ids)
-    present = ids != 0
-    rows, columns = np.unique(ids[present], return_inverse=True)
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(present.sum(axis=1), out=indptr[1:])
-    design = sparse.csr_matrix((np.ones(len(columns)), columns.ravel(), indptr), shape=(n, len(rows)))
+    rows, design = touched_design(ids)
     w = weights[rows].astype(np.float64)
     p = _softmax(design @ w)
     loss = float(-np.log(np.maximum(p[np.arange(n), gold], 1e-300)).mean()) if n else 0.0
@@ -195,10 +191,7 @@ class LogLinearLabeler:
             raise ValueError(f"{len(sentences)} sentences but {len(heads)} head arrays")
         if context is None and self._compiled.needs_context:
             context = self.first_stage_labels(sentences, heads)
-        parts = [self._compiled.feature_ids(sentences[i:i + CHUNK], heads[i:i + CHUNK], self.buckets,
-                                            None if context is None else context[i:i + CHUNK])
-                 for i in range(0, len(sentences), CHUNK)]  # chunks keep the working set in cache
-        return np.concatenate(parts) if parts else np.zeros((0, self._compiled.width), dtype=np.int32)
+        return self._compiled.chunked_ids(sentences, heads, self.buckets, context)
 
     # ---- prediction -----------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Protocol
 
 import numpy as np
+from scipy import sparse
 
 from engine.features.labeler_kernel import group_ids
 from engine.hashing import hash_string, hash_strings
@@ -268,6 +269,17 @@ def _token_codes(sentences: Sequence[Tokens], heads: Sequence[np.ndarray], atoms
     return _Arcs(codes, t.dep, t.head, t.grand, t.pos, t.head_pos, t.children)
 
 
+def touched_design(ids: np.ndarray) -> tuple[np.ndarray, sparse.csr_matrix]:
+    """``(rows, design)``: the distinct feature ids ``ids`` (N, K) holds (id 0, the null feature, left out) and the
+    0/1 (N, len(rows)) matrix of which of them each row has: a gradient ``design.T @ g`` over the touched weight
+    rows only."""
+    present = ids != 0
+    rows, columns = np.unique(ids[present], return_inverse=True)
+    indptr = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(present.sum(axis=1), out=indptr[1:])
+    return rows, sparse.csr_matrix((np.ones(len(columns)), columns.ravel(), indptr), shape=(len(ids), len(rows)))
+
+
 class CompiledTemplates:
     """Templates as rows of column indices into per-arc atom matrices.
 
@@ -330,6 +342,14 @@ class CompiledTemplates:
                       " cs".index(bag or " "), seeds, one, many, np.uint64(buckets - 1), out, first)
             first += len(seeds) * (BAG_SLOTS if bag else 1)
         return out
+
+    def chunked_ids(self, sentences: Sequence[Tokens], heads: Sequence[np.ndarray], buckets: int,
+                    context: Sequence[Sequence[str]] | None = None) -> np.ndarray:
+        """``feature_ids`` of ``CHUNK`` sentences at a time (the working set stays in cache), concatenated."""
+        parts = [self.feature_ids(sentences[i:i + CHUNK], heads[i:i + CHUNK], buckets,
+                                  None if context is None else context[i:i + CHUNK])
+                 for i in range(0, len(sentences), CHUNK)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.width), dtype=np.int32)
 
     def _arcs(self, sentences: Sequence[Tokens], heads: Sequence[np.ndarray],
               context: Sequence[Sequence[str]] | None) -> tuple[_Arcs, np.ndarray]:

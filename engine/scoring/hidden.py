@@ -77,13 +77,11 @@ def scatter_cluster_gradient(features: np.ndarray, score_grad: np.ndarray, poste
                              dim: int) -> np.ndarray:
     """Gradient ``(K, dim)`` w.r.t. the cluster weights from the gradient w.r.t. the marginalised scores
     ``score_grad`` (B, n+1, n+1) and the posteriors ``(K, B, n+1, n+1)``: by the chain rule through eq. 18,
-    ``d s / d theta_{z,f} = p(z | edge) * [f on edge]``. One ``np.bincount`` per cluster (as
-    ``scatter_gradient``); the null feature gets no gradient."""
-    k = features.shape[-1]
-    flat = features.reshape(-1)
-    grad = np.empty((len(posterior), dim))
-    for z in range(len(posterior)):
-        grad[z] = np.bincount(flat, weights=np.repeat((score_grad * posterior[z]).reshape(-1), k), minlength=dim)
+    ``d s / d theta_{z,f} = p(z | edge) * [f on edge]``: ``cluster_gradient_terms`` summed by one ``np.bincount``
+    (each entry adds its own cluster's terms in the features' order, as ``scatter_gradient``); the null feature
+    gets no gradient."""
+    idx, val = cluster_gradient_terms(features, score_grad, posterior, dim)
+    grad = np.bincount(np.concatenate(idx), np.concatenate(val), len(posterior) * dim).reshape(len(posterior), dim)
     grad[:, 0] = 0.0
     return grad
 
@@ -95,12 +93,13 @@ def scatter_cluster_gradient(features: np.ndarray, score_grad: np.ndarray, poste
 # so BP runs unchanged, and the surrogate gradient (Smith & Eisner 2008 eq. 10) reaches block z through
 # ``d s / d theta_z = p(z | h, m) f(h, m)``.
 
-def cluster_blocks(weights: np.ndarray, clusters: int, dim: int) -> list[np.ndarray]:
-    """The ``clusters`` weight blocks of a flat vector whose first ``clusters * dim`` entries hold them (views)."""
+def cluster_blocks(weights: np.ndarray, clusters: int, dim: int) -> np.ndarray:
+    """The ``clusters`` weight blocks of a flat vector whose first ``clusters * dim`` entries hold them: a
+    ``(clusters, dim)`` view, whose rows are the blocks."""
     if len(weights) < clusters * dim:
         raise ValueError(f"{clusters} cluster blocks of {dim} need at least {clusters * dim} weights, "
                          f"got {len(weights)}")
-    return [weights[z * dim:(z + 1) * dim] for z in range(clusters)]
+    return weights[:clusters * dim].reshape(clusters, dim)
 
 
 def flat_cluster_weights(first_order: np.ndarray, clusters: int, seed: int,

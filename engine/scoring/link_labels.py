@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import sparse
 
-from engine.features.labeler_features import CHUNK, DEFAULT_TEMPLATES, CompiledTemplates, Tokens
+from engine.features.labeler_features import DEFAULT_TEMPLATES, CompiledTemplates, Tokens, touched_design
 from engine.features.labeler_kernel import add_row_scores
+from engine.scoring.hidden import marginalise_clusters
 
 # Atoms a template may read and still be a function of (h, m) alone.
 _TREE_ATOMS = ("children", "lc_", "rc_", "deprel")
@@ -104,14 +104,10 @@ class LinkLabels:
             words += rounds * n
             copies.extend([sentence] * rounds)
             tables.extend(table)
-        width = self.compiled.width
-        buckets = self.weights.shape[0]
-        ids = (np.concatenate([self.compiled.feature_ids(copies[i:i + CHUNK], tables[i:i + CHUNK], buckets)
-                               for i in range(0, len(copies), CHUNK)]) if copies
-               else np.zeros((0, width), dtype=np.int32))
+        ids = self.compiled.chunked_ids(copies, tables, self.weights.shape[0])
         out = []
         for start, n, order, rank, d_sorted in plans:
-            rows = np.empty((len(order), width), dtype=np.int32)
+            rows = np.empty((len(order), ids.shape[1]), dtype=np.int32)
             rows[order] = ids[start + rank * n + (d_sorted - 1)]
             out.append(rows)
         return out
@@ -133,10 +129,7 @@ class LinkLabels:
         """``p[m-1, r]``: the role distribution of word m's arc ``heads[m] -> m``, per sentence; rows sum to 1."""
         if not sentences:
             return []
-        buckets = self.weights.shape[0]
-        ids = np.concatenate([self.compiled.feature_ids(sentences[i:i + CHUNK], heads[i:i + CHUNK], buckets)
-                              for i in range(0, len(sentences), CHUNK)])  # chunks keep the working set in cache
-        _, p = summed_out(self.scores(ids))
+        _, p = summed_out(self.scores(self.compiled.chunked_ids(sentences, heads, self.weights.shape[0])))
         return np.split(p, np.cumsum([len(s.forms) for s in sentences])[:-1])
 
     def distribution(self, sentence: Tokens, heads: np.ndarray) -> np.ndarray:
@@ -174,21 +167,15 @@ class LinkLabels:
 def summed_out(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(log sum_r exp u, softmax(u))`` per arc of the (A, R) role scores: what the LINK factor's potential
     gains, and the role distribution of the arc given that it is on."""
-    top = scores.max(axis=1, keepdims=True)
-    e = np.exp(scores - top)
-    total = e.sum(axis=1, keepdims=True)
-    return (top + np.log(total))[:, 0], e / total
+    lse, posterior = marginalise_clusters(scores.T)  # the same sum as latent clusters', over the roles
+    return lse, posterior.T
 
 
 def gradient_rows(ids: np.ndarray, coef: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(rows, grad)``: the gradient ``design(ids).T @ coef`` on the distinct rows the arcs touch (``coef`` (A, R)
     the derivative of the loss w.r.t. each arc's role scores; row 0, the null feature, never appears)."""
-    present = ids != 0
-    rows, columns = np.unique(ids[present], return_inverse=True)
-    indptr = np.zeros(len(ids) + 1, dtype=np.int64)
-    np.cumsum(present.sum(axis=1), out=indptr[1:])
-    local = sparse.csr_matrix((np.ones(len(columns)), columns.ravel(), indptr), shape=(len(ids), len(rows)))
-    return rows, np.asarray(local.T @ coef)
+    rows, design = touched_design(ids)
+    return rows, np.asarray(design.T @ coef)
 
 
 @dataclass
