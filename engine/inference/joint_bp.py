@@ -52,14 +52,28 @@ class JointResult:
         return self.taglink_beliefs()
 
 
+@dataclass
+class Update:
+    """One update of a run, for reverse mode (``engine.inference.joint_bp_backward``): the unit (``family`` with
+    its ``index``, ``taglink`` or ``chain``), the incoming messages it read, where its outgoing link messages
+    were inside the clip (None: the unit sends none), and whether it is TAGLINK's first update (``_State``)."""
+
+    unit: str
+    index: int
+    reads: tuple[np.ndarray, ...]
+    unclipped: np.ndarray | None
+    initial: bool = False
+
+
 class _State:
     """The messages and beliefs of one run (see the module docstring), with one update per unit, on one
     sentence or a stack of ``count`` sentences of one length (stacked families, ``TagLink.stack`` and
     ``TagChain.stack``: flat link beliefs over ``count (n+1)^2`` arcs, tag rows ``count (n+1)``)."""
 
     def __init__(self, families: Sequence[FactorFamily], valid: np.ndarray, taglink: TagLink, chain: TagChain,
-                 emissions: np.ndarray, clip: float) -> None:
+                 emissions: np.ndarray, clip: float, tape: list[Update] | None = None) -> None:
         self.families, self.valid, self.taglink, self.chain, self.clip = families, valid, taglink, chain, clip
+        self.tape = tape  # every update in order, what it read and where the clip was inactive (reverse mode)
         self.allowed = taglink.allowed
         self.count = 1 if valid.ndim == 2 else len(valid)
         rows = np.arange(self.allowed.shape[0])
@@ -76,7 +90,10 @@ class _State:
         self.to_dep = np.zeros((taglink.size, g))
         self.to_chain_tags = np.zeros(self.tags.shape)
         self.update_chain()
-        link, _, _ = taglink.propagate(np.zeros(taglink.size), self.tags[taglink.heads], self.tags[taglink.deps])
+        start = (np.zeros(taglink.size), self.tags[taglink.heads], self.tags[taglink.deps])
+        link, _, _ = taglink.propagate(*start)
+        if tape is not None:
+            tape.append(Update("taglink", 0, start, np.abs(link) < clip, initial=True))
         self._set_links(link)
 
     def _set_links(self, new: np.ndarray) -> None:
@@ -86,15 +103,21 @@ class _State:
 
     def update_family(self, i: int) -> None:
         f = self.families[i]
-        raw = f.propagate_flat(f.gather_flat(self.read_b) - self.packed[i])
+        incoming = f.gather_flat(self.read_b) - self.packed[i]
+        raw = f.propagate_flat(incoming)
+        if self.tape is not None:
+            self.tape.append(Update("family", i, (incoming,), np.abs(raw) < self.clip))
         new = np.minimum(np.maximum(raw, -self.clip), self.clip)
         self.b += f.scatter_flat(new - self.packed[i])
         self.packed[i] = new
 
     def update_taglink(self) -> None:
         tl = self.taglink
-        link, head, dep = tl.propagate(self.read_b[tl.flat] - self.to_link, self.read_tags[tl.heads] - self.to_head,
-                                       self.read_tags[tl.deps] - self.to_dep)
+        incoming = (self.read_b[tl.flat] - self.to_link, self.read_tags[tl.heads] - self.to_head,
+                    self.read_tags[tl.deps] - self.to_dep)
+        link, head, dep = tl.propagate(*incoming)
+        if self.tape is not None:
+            self.tape.append(Update("taglink", 0, incoming, np.abs(link) < self.clip))
         self._set_links(link)
         change = np.zeros(self.tags.shape)
         k = tl.varying  # the other arcs' tag messages stay 0
@@ -106,7 +129,10 @@ class _State:
     def update_chain(self) -> None:
         new = np.zeros(self.tags.shape)
         w = self.words
-        new[w] = self.chain.propagate(self.read_tags[w] - self.to_chain_tags[w])
+        incoming = self.read_tags[w] - self.to_chain_tags[w]
+        if self.tape is not None:
+            self.tape.append(Update("chain", 0, (incoming,), None))
+        new[w] = self.chain.propagate(incoming)
         self.tags += np.where(self.allowed, new - self.to_chain_tags, 0.0)
         self.to_chain_tags = new
 
@@ -200,9 +226,11 @@ def run_joint_bp_many(graphs: Sequence[JointGraph], config: BPConfig | None = No
 
 
 def _run(families: Sequence[FactorFamily], valid: np.ndarray, taglink: TagLink, chain: TagChain,
-         emissions: np.ndarray, widths: Sequence[int], config: BPConfig) -> list[JointResult]:
-    """BP on one stack (or one sentence); the module docstring's schedule and stopping rule per sentence."""
-    state = _State(families, valid, taglink, chain, emissions, config.clip)
+         emissions: np.ndarray, widths: Sequence[int], config: BPConfig,
+         tape: list[Update] | None = None) -> list[JointResult]:
+    """BP on one stack (or one sentence); the module docstring's schedule and stopping rule per sentence.
+    ``tape``: a list that receives every update (one sentence, ``engine.inference.joint_bp_backward``)."""
+    state = _State(families, valid, taglink, chain, emissions, config.clip, tape)
     plan = stages(len(families) + 2, config.schedule)
     links, tags = state.probabilities()
     count = state.count

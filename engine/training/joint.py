@@ -34,10 +34,12 @@ from engine.bp_parser import BPParser
 from engine.data.batching import length_batches
 from engine.graph.build import SentenceGraph
 from engine.inference.bp import BPConfig
+from engine.inference.joint_bp_backward import joint_backward, joint_forward, joint_l2
 from engine.scoring.potentials import add_into
 from engine.text.tag_candidates import TagCandidates
 from engine.training.cll import TrainConfig, TrainResult, usable_trees
 from engine.training.loop import EpochLoop, dev_or_loss
+from engine.training.objectives import gold_indicators
 from engine.training.optim import AdaGrad
 from engine.training.surrogate import RoleSteps, gold_head_loss, role_gradient_terms, soft_gradient_terms
 
@@ -79,6 +81,26 @@ def joint_gradient_terms(parser: BPParser, sentence: Any, graph: SentenceGraph, 
     return loss
 
 
+def joint_l2_gradient_terms(parser: BPParser, sentence: Any, graph: SentenceGraph, candidates: TagCandidates,
+                            gold_heads: np.ndarray, slots: np.ndarray, config: BPConfig, out: np.ndarray) -> float:
+    """Approximation-aware training (Gormley, Dredze & Eisner 2015) through joint BP: run it on one sentence with a
+    tape (``engine.inference.joint_bp_backward``), score the final link and tag beliefs by L2 against the gold
+    (tree, tags) (eq. 12 over every output variable, ``joint_l2``), back-propagate to the TAGLINK and
+    higher-order potentials and add their feature-summed adjoints into ``out``; returns the loss."""
+    families, valid, taglink, chain, emissions = parser.joint_graph(sentence, graph, candidates)
+    result, tape = joint_forward(families, valid, taglink, chain, emissions, config)
+    value, g_b, g_t = joint_l2(result, gold_indicators(gold_heads), slots, valid, taglink.allowed)
+    grad = joint_backward(families, taglink, chain, tape, g_b, g_t)
+    parser.arc_scorer().candidate_gradient(sentence, candidates.upos, candidates.xpos, taglink.heads, taglink.deps,
+                                           grad.taglink, out)
+    position = {id(f): i for i, f in enumerate(families)}
+    for terms in graph.soft.values():
+        g = grad.families[position[id(terms.family)]]
+        if g is not None and terms.features.size:
+            add_into(out, terms.features.reshape(-1), np.repeat(g, terms.features.shape[1]))
+    return value
+
+
 def train_joint(
     parser: BPParser,
     train: Sequence[Any],
@@ -89,13 +111,21 @@ def train_joint(
     dev_score: Callable[[np.ndarray], float] | None = None,
     progress: bool = True,
     on_batch: Callable[[int, int], None] | None = None,
+    objective: str = "cll",
 ) -> TrainResult:
     """Train ``parser.weights`` in place from their current value (a warm start: the pipeline's parser) on
     ``train`` (sentences carrying their 1-best tags and gold heads), ``gold_tags[i]`` sentence ``i``'s gold
     (UPOS, XPOS) and ``candidates[i]`` its candidate tags (with the gold ones among them); returns the best
-    (averaged) weights, also left in ``parser``. ``dev_score``, ``progress``, ``on_batch`` as ``train_cll``."""
+    (averaged) weights, also left in ``parser``. ``dev_score``, ``progress``, ``on_batch`` as ``train_cll``.
+    ``objective``: ``cll`` (surrogate CLL, the module docstring) or ``l2`` (approximation-aware,
+    ``joint_l2_gradient_terms``)."""
     if not (len(train) == len(gold_tags) == len(candidates)):
         raise ValueError("train, gold_tags and candidates must have one entry per sentence")
+    if objective not in ("cll", "l2"):
+        raise ValueError(f"objective must be cll or l2, got {objective!r}")
+    if objective == "l2" and parser.link_labels is not None:
+        raise ValueError("approximation-aware training does not back-propagate through label-aware links; train "
+                         "them by surrogate CLL (objective cll)")
     if parser.clusters is not None:
         raise ValueError("joint tag and tree training scores TAGLINK with one weight vector: not with latent edge "
                          "clusters")
@@ -124,6 +154,10 @@ def train_joint(
         for graphs in parser.graph_batches(batch, gold=True, batch_size=len(batch), link_features=False):
             for i, graph, _ in graphs:
                 k = groups[g][i]
+                if objective == "l2":
+                    losses.append(joint_l2_gradient_terms(parser, batch[i], graph, cands[k], batch[i].heads, slots[k],
+                                                          bp, buffer))
+                    continue
                 losses.append(joint_gradient_terms(parser, batch[i], graph, cands[k], batch[i].heads, slots[k], bp,
                                                    buffer, None if roles is None else (roles.gold[k], role_terms)))
         buffer[0] = 0.0
@@ -142,4 +176,5 @@ def train_joint(
         roles.roles.weights = out.params[1]
     return TrainResult(out.params[0], out.best_epoch, out.history, out.interrupted, skipped,
                        time.perf_counter() - start,
-                       {**asdict(config), "bp": asdict(bp), "objective": "joint-surrogate-cll"})
+                       {**asdict(config), "bp": asdict(bp),
+                        "objective": "joint-surrogate-cll" if objective == "cll" else "joint-l2"})

@@ -37,7 +37,8 @@ from engine.training.surrogate import train_surrogate
 PathLike = str | os.PathLike[str]
 
 STARTS = ("parser", "pruner")
-OBJECTIVES = ("joint", "surrogate")
+OBJECTIVES = {"joint": "joint-surrogate-cll", "joint-l2": "joint-l2 (approximation-aware)",
+              "surrogate": "surrogate-cll (control)"}  # --objective, and how the manifest names it
 JOINT_DEFAULTS = {  # per start: from the trained parser a fine-tune (few epochs, small steps, no L2); from the
     # pruner what `train --order 2` does (engine.training.options: 3 epochs at 0.05, L2 10)
     "parser": TrainConfig(epochs=2, learning_rate=0.01, l2=0.0),
@@ -55,22 +56,17 @@ def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, o
     """Fine-tune ``model``'s parser jointly with tags (module docstring) and write the pipeline to ``out``;
     returns the summary the command prints. ``start``: ``parser`` (its weights) or ``pruner`` (the pipeline's
     first-order pruner weights and zero higher-order weights, as ``train --order 2`` starts its parsers).
-    ``objective``: ``joint``, or ``surrogate`` (the control: the same start, the same jackknifed 1-best tags,
-    plain surrogate CLL without tag variables, ``engine.training.surrogate``). The dev UAS that chooses the
+    ``objective``: ``joint`` (surrogate CLL through joint BP), ``joint-l2`` (approximation-aware: L2 of the link
+    and tag beliefs, back-propagated through joint BP, ``engine.training.joint.joint_l2_gradient_terms``), or
+    ``surrogate`` (the control: the same start, the same jackknifed 1-best tags, plain surrogate CLL without tag
+    variables, ``engine.training.surrogate``). The dev UAS that chooses the
     epoch is the joint parse's either way. ``tag_candidates`` = (k, min_marginal) overrides the model's candidate
     settings for training and the dev parses, kept as the written default. ``labels_in_graph``: ``with_link_labels``."""
     if start not in STARTS or objective not in OBJECTIVES:
-        raise ValueError(f"start must be one of {STARTS} and objective one of {OBJECTIVES}")
+        raise ValueError(f"start must be one of {STARTS} and objective one of {tuple(OBJECTIVES)}")
     config = config or JOINT_DEFAULTS[start]
     began = time.perf_counter()
-    pipeline = Pipeline.load(model)
-    parser = pipeline.parser
-    if pipeline.tagger is None or not isinstance(parser, BPParser):
-        raise ModelError(f"{model}: joint training needs a pipeline with a tagger and a second-order BP parser")
-    try:
-        settings = CandidateSettings.resolve(parser.manifest, *tag_candidates)
-    except ValueError as e:
-        raise ModelError(str(e)) from e
+    pipeline, parser, settings = _starting_point(model, objective, labels_in_graph, tag_candidates)
     bp = resolve("bp", parser.manifest)  # the model's inference settings, for the dev parses
     assert isinstance(bp, BPConfig)
     train_bp = BPConfig(max_iterations=bp_iterations, schedule="serial")
@@ -104,17 +100,17 @@ def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, o
         return 100.0 * right / dev_words
 
     before = dev_uas(np.asarray(parser.weights, dtype=np.float64))
-    if objective == "joint":
-        result = train_joint(parser, jackknifed, [(s.upos, s.xpos) for s in gold], candidates,
-                             config, train_bp, dev_uas, progress)
-    else:
+    if objective == "surrogate":
         parser.weights = np.array(parser.weights, dtype=np.float64)
         result = train_surrogate(parser, jackknifed, config, train_bp, dev_uas, progress)
+    else:
+        result = train_joint(parser, jackknifed, [(s.upos, s.xpos) for s in gold], candidates,
+                             config, train_bp, dev_uas, progress, objective="l2" if objective == "joint-l2" else "cll")
     parser.weights = result.weights
     inference = {**(parser.manifest.get("inference") or {}), "tag_average": "joint",
                  "tag_candidates": {"k": settings.k, "min_marginal": settings.min_marginal}}
     joint = {
-        "objective": "joint-surrogate-cll" if objective == "joint" else "surrogate-cll (control)",
+        "objective": OBJECTIVES[objective],
         "warm_start": f"{os.fspath(model)} ({start})", "train_file": os.path.basename(train_path),
         "sentences": len(gold), "folds": folds, "candidates": {"k": settings.k, "min_marginal": settings.min_marginal},
         "words_with_several_candidates": round(float(several.mean()), 4), "dev_uas_before": round(before, 4),
@@ -126,6 +122,22 @@ def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, o
     pipeline.save(out, {"name": os.path.basename(os.fspath(out).rstrip("/")), "inference": inference,
                         "training": training, "metrics": metrics})
     return {"model": os.fspath(out), **joint}
+
+
+def _starting_point(model: PathLike, objective: str, labels_in_graph: bool,
+                    tag_candidates: tuple[int | None, float | None]) -> tuple[Pipeline, BPParser, CandidateSettings]:
+    """The pipeline to fine-tune, its parser and the candidate settings, refused clearly before any work."""
+    pipeline = Pipeline.load(model)
+    parser = pipeline.parser
+    if pipeline.tagger is None or not isinstance(parser, BPParser):
+        raise ModelError(f"{model}: joint training needs a pipeline with a tagger and a second-order BP parser")
+    if objective == "joint-l2" and (labels_in_graph or parser.link_labels is not None):
+        raise ModelError("--objective joint-l2 does not back-propagate through label-aware links: train them with "
+                         "--objective joint")
+    try:
+        return pipeline, parser, CandidateSettings.resolve(parser.manifest, *tag_candidates)
+    except ValueError as e:
+        raise ModelError(str(e)) from e
 
 
 def with_link_labels(parser: BPParser, sentences: list[Any]) -> None:

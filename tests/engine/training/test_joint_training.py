@@ -15,7 +15,7 @@ from engine.pipeline import Pipeline
 from engine.scoring.link_labels import LinkLabels
 from engine.text.tag_candidates import CandidateSettings, choose_states
 from engine.training.cll import TrainConfig
-from engine.training.joint import gold_slots, joint_gradient_terms, train_joint
+from engine.training.joint import gold_slots, joint_gradient_terms, joint_l2_gradient_terms, train_joint
 from engine.training.surrogate import role_gradient_terms, surrogate_gradient_terms
 
 PIPELINE = Path(__file__).resolve().parents[3] / "models" / "en_ewt-pipeline"
@@ -130,9 +130,10 @@ def test_gold_slots_find_the_gold_tags(shipped: Pipeline, train: list) -> None:
         assert [c[0] for c in r.candidates.upos] == r.upos  # the 1-best stays slot 0
 
 
-def test_training_raises_the_gold_trees_beliefs(shipped: Pipeline, train: list) -> None:
+@pytest.mark.parametrize("objective", ["cll", "l2"])
+def test_training_raises_the_gold_trees_beliefs(shipped: Pipeline, train: list, objective: str) -> None:
     """A few epochs on 24 sentences (the shipped tagger's candidates, at least two for 1 word in 5 by a low
-    threshold) lower the surrogate loss, as any CLL trainer on its own training data."""
+    threshold) lower the training loss (surrogate CLL, or L2 through joint BP), as any trainer on its own data."""
     parser = _trainable(shipped)
     sentences = [s.copy() for s in train]
     results = shipped.tagger.tag(sentences, candidates=CandidateSettings(k=3, min_marginal=0.01), with_gold=True)
@@ -142,10 +143,48 @@ def test_training_raises_the_gold_trees_beliefs(shipped: Pipeline, train: list) 
     cands = [r.candidates for r in results]
     assert np.mean(np.concatenate([c.allowed.sum(axis=1) > 1 for c in cands])) > 0.05
     out = train_joint(parser, tagged, [(s.upos, s.xpos) for s in sentences], cands,
-                      TrainConfig(epochs=3, learning_rate=0.05, batch_size=8, average=False), BP, progress=False)
+                      TrainConfig(epochs=3, learning_rate=0.05, batch_size=8, average=False), BP, progress=False,
+                      objective=objective)
     losses = [h["loss"] for h in out.history]
     assert losses[-1] < losses[0]
     assert np.isfinite(out.weights).all()
+
+
+def test_the_l2_gradient_through_joint_bp_matches_finite_differences_in_the_weights(shipped: Pipeline,
+                                                                                    train: list) -> None:
+    """Approximation-aware training's gradient (``joint_l2_gradient_terms``: reverse mode through 3 iterations of
+    joint BP, then the features of the TAGLINK pairs and of the higher-order factors) against central differences
+    of the loss in the weights it touches most, first-order (TAGLINK) and second-order (GRAND, SIB) alike."""
+    parser = _trainable(shipped)
+    bp = BPConfig(max_iterations=3, schedule="serial", tolerance=0.0)
+    sentence = next(s.copy() for s in train if 6 <= len(s.forms) <= 12)
+    result = shipped.tagger.tag([sentence], candidates=CandidateSettings(k=3, min_marginal=0.01), with_gold=True)[0]
+    gold = sentence.copy()
+    sentence.upos, sentence.xpos = list(result.upos), list(result.xpos)
+    cands = result.candidates
+    assert (cands.allowed.sum(axis=1) > 1).any()
+    slots = gold_slots(cands, gold.upos, gold.xpos)
+
+    def loss(out: np.ndarray) -> float:
+        parser._scorer = None
+        graph = next(g for batch in parser.graph_batches([sentence], gold=True, link_features=False)
+                     for _, g, _ in batch)
+        return joint_l2_gradient_terms(parser, sentence, graph, cands, gold.heads, slots, bp, out)
+
+    grad = np.zeros(len(parser.weights))
+    loss(grad)
+    first = parser.extractor.dim
+    picked = [*np.argsort(-np.abs(grad[:first]))[:4], *(first + np.argsort(-np.abs(grad[first:]))[:4])]
+    assert min(abs(grad[j]) for j in picked) > 1e-4
+    w = parser.weights
+    for j in picked:
+        saved = w[j]
+        w[j] = saved + 1e-5
+        up = loss(np.zeros(len(w)))
+        w[j] = saved - 1e-5
+        down = loss(np.zeros(len(w)))
+        w[j] = saved
+        assert grad[j] == pytest.approx((up - down) / 2e-5, rel=1e-4, abs=1e-7)
 
 
 def _head(path: Path, count: int, out: Path) -> Path:
@@ -191,6 +230,27 @@ def test_train_joint_writes_a_joint_pipeline_that_evaluate_reads(ewt_dir: Path, 
                  "--out", str(tmp_path / "no"), "--tag-min-marginal", "2"]) == 2
     assert "min_marginal must be in [0, 1]" in capsys.readouterr().err
     assert not (tmp_path / "no").exists()
+
+
+def test_train_joint_with_the_approximation_aware_objective(ewt_dir: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``train-joint --objective joint-l2`` end to end on 30 sentences: the run is recorded as such, and label-aware
+    links, which it cannot back-propagate through, are refused before any training."""
+    import json
+
+    from engine.cli import main
+
+    train_file = _head(ewt_dir / "en_ewt-ud-train.conllu", 30, tmp_path / "train.conllu")
+    dev_file = _head(ewt_dir / "en_ewt-ud-dev.conllu", 20, tmp_path / "dev.conllu")
+    common = ["train-joint", "--model", str(PIPELINE), "--train", str(train_file), "--dev", str(dev_file),
+              "--folds", "2", "--epochs", "1", "--quiet", "--objective", "joint-l2"]
+    assert main([*common, "--out", str(tmp_path / "joint")]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["objective"] == "joint-l2 (approximation-aware)" and summary["config"]["objective"] == "joint-l2"
+    manifest = json.loads((tmp_path / "joint" / "manifest.json").read_text())
+    assert manifest["training"]["joint"]["objective"] == "joint-l2 (approximation-aware)"
+    assert main([*common, "--out", str(tmp_path / "roles"), "--labels-in-graph"]) == 2
+    assert "label-aware links" in capsys.readouterr().err and not (tmp_path / "roles").exists()
 
 
 def test_train_joint_with_labels_in_the_graph(ewt_dir: Path, tmp_path: Path,
