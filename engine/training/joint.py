@@ -19,6 +19,10 @@ the dependent's own tags set to candidates ``a`` and ``b`` (``ArcScorer.candidat
 gold tags. The higher-order factors read the 1-best tags, as at parse time. TAG and CHAIN (the fold tagger's
 CRF) are not trained: the tagger stays the pipeline's. AdaGrad, iterate averaging and the best epoch on dev as
 in ``engine.training.surrogate``.
+
+``objective="l2"`` trains the same weights approximation-aware instead (Gormley, Dredze & Eisner 2015): the L2
+distance of the final link and tag beliefs to the gold, back-propagated through the joint BP iterations
+(``joint_l2_gradient_terms``, ``engine.inference.joint_bp_backward``).
 """
 
 from __future__ import annotations
