@@ -14,12 +14,12 @@ import argparse
 import json
 import os
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _timing import best_of  # noqa: E402  (bench/ is on sys.path when this script runs)
 
 from engine.bp_parser import BPParser  # noqa: E402
 from engine.data.conllu_io import read_conllu  # noqa: E402
@@ -28,15 +28,6 @@ from engine.inference.bp_backward import bp_backward, bp_forward  # noqa: E402
 from engine.training.objectives import gold_indicators, l2_distance  # noqa: E402
 
 DEV = Path(os.environ.get("BP_PARSER_DATA", ROOT.parent / "shared" / "data")) / "ud/en_ewt/en_ewt-ud-dev.conllu"
-
-
-def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:

@@ -15,13 +15,13 @@ import argparse
 import json
 import os
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _timing import best_of  # noqa: E402  (bench/ is on sys.path when this script runs)
 
 from engine.data.conllu_io import read_conllu  # noqa: E402
 from engine.inference.bp import BPConfig  # noqa: E402
@@ -35,17 +35,8 @@ from engine.training.objectives import gold_indicators  # noqa: E402
 DEV = Path(os.environ.get("BP_PARSER_DATA", ROOT.parent / "shared" / "data")) / "ud/en_ewt/en_ewt-ud-dev.conllu"
 
 
-def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def joint_graphs(model: str, count: int) -> list[tuple[Any, Any, Any]]:
-    """(joint graph, gold heads, gold slots) of the first ``count`` dev sentences with several candidate tags."""
+    """(joint graph, gold heads, gold slots) of the first ``count`` dev sentences that the tagger gave candidates."""
     pipeline = Pipeline.load(model)
     parser = pipeline.parser
     gold = read_conllu(DEV)[:count]
