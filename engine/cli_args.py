@@ -71,10 +71,10 @@ def _add_train_joint(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--train", required=True, help="training treebank (CoNLL-U), the one the pipeline was trained on")
     p.add_argument("--dev", required=True, help="development treebank: the epoch with the best joint UAS is kept")
     p.add_argument("--out", required=True, help="model directory to write")
-    p.add_argument("--start", choices=["parser", "pruner"], default="parser", help="parser: fine-tune the pipeline's "
-                   "parser; pruner: start from its first-order pruner's weights and zero higher-order weights, as "
-                   "`train --order 2` starts")
-    p.add_argument("--objective", choices=["joint", "joint-l2", "surrogate"], default="joint", help="joint: "
+    p.add_argument("--start", choices=train_options.JOINT_STARTS, default="parser", help="parser: fine-tune the "
+                   "pipeline's parser; pruner: start from its first-order pruner's weights and zero higher-order "
+                   "weights, as `train --order 2` starts")
+    p.add_argument("--objective", choices=list(train_options.JOINT_OBJECTIVES), default="joint", help="joint: "
                    "surrogate CLL under joint BP; joint-l2: approximation-aware training (Gormley et al. 2015), the "
                    "L2 distance of the final link and tag beliefs to the gold back-propagated through the joint BP "
                    "iterations; surrogate: the control, plain surrogate CLL on the same jackknifed 1-best tags, no "

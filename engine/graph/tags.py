@@ -204,24 +204,23 @@ def _lse(x: np.ndarray) -> float:
 
 
 @njit(cache=True, nogil=True)
-def _chain_messages(incoming: np.ndarray, transitions: np.ndarray, start: np.ndarray, end: np.ndarray,
-                    out: np.ndarray) -> None:
-    """``out[i, a]`` = log of the chain's potential summed over every tagging with ``t_i = a``, each weighted
-    by the incoming messages of the *other* positions: forward scores without position i's message times
-    backward scores (forward-backward in log space, Lafferty et al. 2001 §3, on per-position transitions)."""
+def chain_tables(incoming: np.ndarray, transitions: np.ndarray, start: np.ndarray, end: np.ndarray,
+                 forward: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> None:
+    """Forward-backward in log space (Lafferty et al. 2001 §3, on per-position transitions), into the (n, g)
+    arrays: ``forward[i]`` everything left of position i with i's own message excluded, ``alpha[i] = forward[i]
+    + incoming[i]``, and ``beta[i]`` everything right of i (``_chain_messages``; its adjoint,
+    ``engine.graph.tags_adjoint``, runs these recursions backwards)."""
     n, g = incoming.shape
-    alpha = np.empty((n, g))
-    beta = np.empty((n, g))
     scratch = np.empty(g)
     for a in range(g):
-        out[0, a] = start[a]  # the forward part of out: everything left of i, i's own message excluded
+        forward[0, a] = start[a]
         alpha[0, a] = start[a] + incoming[0, a]
     for i in range(1, n):
         for b in range(g):
             for a in range(g):
                 scratch[a] = alpha[i - 1, a] + transitions[i - 1, a, b]
-            out[i, b] = _lse(scratch)
-            alpha[i, b] = out[i, b] + incoming[i, b]
+            forward[i, b] = _lse(scratch)
+            alpha[i, b] = forward[i, b] + incoming[i, b]
     for a in range(g):
         beta[n - 1, a] = end[a]
     for i in range(n - 2, -1, -1):
@@ -229,6 +228,18 @@ def _chain_messages(incoming: np.ndarray, transitions: np.ndarray, start: np.nda
             for b in range(g):
                 scratch[b] = transitions[i, a, b] + incoming[i + 1, b] + beta[i + 1, b]
             beta[i, a] = _lse(scratch)
+
+
+@njit(cache=True, nogil=True)
+def _chain_messages(incoming: np.ndarray, transitions: np.ndarray, start: np.ndarray, end: np.ndarray,
+                    out: np.ndarray) -> None:
+    """``out[i, a]`` = log of the chain's potential summed over every tagging with ``t_i = a``, each weighted
+    by the incoming messages of the *other* positions: forward scores without position i's message times
+    backward scores (``chain_tables``)."""
+    n, g = incoming.shape
+    alpha = np.empty((n, g))
+    beta = np.empty((n, g))
+    chain_tables(incoming, transitions, start, end, out, alpha, beta)
     for i in range(n):
         for a in range(g):
             out[i, a] += beta[i, a]

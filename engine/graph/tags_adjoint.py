@@ -28,19 +28,13 @@ import numpy as np
 from numba import njit  # type: ignore[import-untyped]
 from scipy.special import expit
 
-from engine.graph.tags import TagChain, TagLink, _chain_messages, normalised
+from engine.graph.childseq import logsumexp_fast
+from engine.graph.tags import TagChain, TagLink, _chain_messages, chain_tables, normalised
 
 
 def _log_softmax(x: np.ndarray, ok: np.ndarray) -> np.ndarray:
     """``normalised`` with ``-inf`` (not 0) on the slots that are not ``ok``."""
     return np.where(ok, normalised(x, ok), -np.inf)
-
-
-def _lse(x: np.ndarray, axis: int) -> np.ndarray:
-    top = x.max(axis=axis, keepdims=True)
-    top = np.where(np.isfinite(top), top, 0.0)
-    with np.errstate(divide="ignore"):
-        return np.squeeze(np.log(np.exp(x - top).sum(axis=axis, keepdims=True)) + top, axis=axis)
 
 
 def _norm_vjp(log_p: np.ndarray, grad: np.ndarray, ok: np.ndarray) -> np.ndarray:
@@ -71,13 +65,13 @@ def taglink_vjp(taglink: TagLink, link_in: np.ndarray, head_in: np.ndarray, dep_
     ut, vt = _log_softmax(head_in[k], h_ok), _log_softmax(dep_in[k], d_ok)
     with np.errstate(invalid="ignore"):
         s = np.where(pair, theta + ut[:, :, None] + vt[:, None, :], -np.inf)
-        p_link = np.where(pair, np.exp(s - _lse(_lse(s, 2), 1)[:, None, None]), 0.0)
+        p_link = np.where(pair, np.exp(s - logsumexp_fast(logsumexp_fast(s, 2), 1)[:, None, None]), 0.0)
         shifted = np.where(pair, np.asarray(link_in, dtype=np.float64)[k][:, None, None] + theta, 0.0)
         e = np.where(pair, np.logaddexp(0.0, shifted), -np.inf)
         sig = np.where(pair, expit(shifted), 0.0)
         hx = np.where(pair, vt[:, None, :] + e, -np.inf)
         dx = np.where(pair, ut[:, :, None] + e, -np.inf)
-        h_raw, d_raw = _lse(hx, 2), _lse(dx, 1)
+        h_raw, d_raw = logsumexp_fast(hx, 2), logsumexp_fast(dx, 1)
         q = np.where(pair, np.exp(hx - h_raw[:, :, None]), 0.0)
         r = np.where(pair, np.exp(dx - d_raw[:, None, :]), 0.0)
     g_h = _norm_vjp(_log_softmax(h_raw, h_ok), g_head[k], h_ok)
@@ -96,37 +90,13 @@ def taglink_vjp(taglink: TagLink, link_in: np.ndarray, head_in: np.ndarray, dep_
 def _chain_messages_vjp(incoming: np.ndarray, transitions: np.ndarray, start: np.ndarray, end: np.ndarray,
                         g_out: np.ndarray, g_in: np.ndarray) -> None:
     """Adds into ``g_in`` (n, g) the adjoint of ``_chain_messages``'s ``incoming`` given ``g_out``, the gradient
-    of its (unnormalised) output: the forward and backward recursions recomputed, then run in reverse."""
+    of its (unnormalised) output: the forward and backward recursions (``chain_tables``) recomputed, then run in
+    reverse."""
     n, g = incoming.shape
-    fwd = np.empty((n, g))  # out's forward part (position i's own message excluded)
+    fwd = np.empty((n, g))
     alpha = np.empty((n, g))
     beta = np.empty((n, g))
-    for a in range(g):
-        fwd[0, a] = start[a]
-        alpha[0, a] = start[a] + incoming[0, a]
-    for i in range(1, n):
-        for b in range(g):
-            top = -np.inf
-            for a in range(g):
-                top = max(top, alpha[i - 1, a] + transitions[i - 1, a, b])
-            total = 0.0
-            if top > -np.inf:
-                for a in range(g):
-                    total += np.exp(alpha[i - 1, a] + transitions[i - 1, a, b] - top)
-            fwd[i, b] = top + np.log(total) if top > -np.inf else -np.inf
-            alpha[i, b] = fwd[i, b] + incoming[i, b]
-    for a in range(g):
-        beta[n - 1, a] = end[a]
-    for i in range(n - 2, -1, -1):
-        for a in range(g):
-            top = -np.inf
-            for b in range(g):
-                top = max(top, transitions[i, a, b] + incoming[i + 1, b] + beta[i + 1, b])
-            total = 0.0
-            if top > -np.inf:
-                for b in range(g):
-                    total += np.exp(transitions[i, a, b] + incoming[i + 1, b] + beta[i + 1, b] - top)
-            beta[i, a] = top + np.log(total) if top > -np.inf else -np.inf
+    chain_tables(incoming, transitions, start, end, fwd, alpha, beta)
     g_fwd = g_out.copy()
     g_beta = g_out.copy()
     g_alpha = np.zeros((n, g))

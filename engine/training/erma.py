@@ -49,7 +49,7 @@ from engine.training.cll import TrainingBatch, TrainResult, cll_objective, prepa
 from engine.training.loop import EpochLoop, dev_or_loss
 from engine.training.objectives import AnnealSchedule, annealed_risk, gold_indicators, l2_distance
 from engine.training.optim import AdaGrad, OptimSettings
-from engine.training.surrogate import surrogate_gradient_terms
+from engine.training.surrogate import soft_theta_terms, surrogate_gradient_terms
 
 log = logging.getLogger(__name__)
 
@@ -142,14 +142,9 @@ def bp_gradient_terms(graph: SentenceGraph, gold_heads: np.ndarray, bp: BPConfig
     g_theta = thetas[pos[id(graph.link)]]
     g_link = (0.0 if g_theta is None else g_theta) + direct
     valid = graph.valid
-    idx = [feats[valid].reshape(-1)]
-    val = [np.repeat(np.broadcast_to(g_link, valid.shape)[valid], feats.shape[-1])]
-    for terms in graph.soft.values():
-        g = thetas[pos[id(terms.family)]]
-        if g is not None and len(terms.features):
-            idx.append(terms.features.reshape(-1))
-            val.append(np.repeat(g, terms.features.shape[1]))
-    return value, idx, val
+    idx, val = soft_theta_terms(graph, graph.families, thetas)
+    return value, [feats[valid].reshape(-1), *idx], [np.repeat(np.broadcast_to(g_link, valid.shape)[valid],
+                                                               feats.shape[-1]), *val]
 
 
 def exact_objective(weights: np.ndarray, batch: TrainingBatch, constraint: TreeConstraint, objective: str,

@@ -45,7 +45,13 @@ from engine.training.cll import TrainConfig, TrainResult, usable_trees
 from engine.training.loop import EpochLoop, dev_or_loss
 from engine.training.objectives import gold_indicators
 from engine.training.optim import AdaGrad
-from engine.training.surrogate import RoleSteps, gold_head_loss, role_gradient_terms, soft_gradient_terms
+from engine.training.surrogate import (
+    RoleSteps,
+    gold_head_loss,
+    role_gradient_terms,
+    soft_gradient_terms,
+    soft_theta_terms,
+)
 
 
 def gold_slots(candidates: TagCandidates, upos: Sequence[str], xpos: Sequence[str]) -> np.ndarray:
@@ -97,11 +103,9 @@ def joint_l2_gradient_terms(parser: BPParser, sentence: Any, graph: SentenceGrap
     grad = joint_backward(families, taglink, chain, tape, g_b, g_t)
     parser.arc_scorer().candidate_gradient(sentence, candidates.upos, candidates.xpos, taglink.heads, taglink.deps,
                                            grad.taglink, out)
-    position = {id(f): i for i, f in enumerate(families)}
-    for terms in graph.soft.values():
-        g = grad.families[position[id(terms.family)]]
-        if g is not None and terms.features.size:
-            add_into(out, terms.features.reshape(-1), np.repeat(g, terms.features.shape[1]))
+    idx, val = soft_theta_terms(graph, families, grad.families)
+    if idx:
+        add_into(out, np.concatenate(idx), np.concatenate(val))
     return value
 
 

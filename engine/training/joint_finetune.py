@@ -32,13 +32,11 @@ from engine.text.jackknife import jackknife_candidates
 from engine.text.tag_candidates import CandidateSettings
 from engine.training.cll import TrainConfig
 from engine.training.joint import train_joint
+from engine.training.options import JOINT_OBJECTIVES, JOINT_STARTS
 from engine.training.surrogate import train_surrogate
 
 PathLike = str | os.PathLike[str]
 
-STARTS = ("parser", "pruner")
-OBJECTIVES = {"joint": "joint-surrogate-cll", "joint-l2": "joint-l2 (approximation-aware)",
-              "surrogate": "surrogate-cll (control)"}  # --objective, and how the manifest names it
 JOINT_DEFAULTS = {  # per start: from the trained parser a fine-tune (few epochs, small steps, no L2); from the
     # pruner what `train --order 2` does (engine.training.options: 3 epochs at 0.05, L2 10)
     "parser": TrainConfig(epochs=2, learning_rate=0.01, l2=0.0),
@@ -62,8 +60,8 @@ def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, o
     variables, ``engine.training.surrogate``). The dev UAS that chooses the
     epoch is the joint parse's either way. ``tag_candidates`` = (k, min_marginal) overrides the model's candidate
     settings for training and the dev parses, kept as the written default. ``labels_in_graph``: ``with_link_labels``."""
-    if start not in STARTS or objective not in OBJECTIVES:
-        raise ValueError(f"start must be one of {STARTS} and objective one of {tuple(OBJECTIVES)}")
+    if start not in JOINT_STARTS or objective not in JOINT_OBJECTIVES:
+        raise ValueError(f"start must be one of {JOINT_STARTS} and objective one of {tuple(JOINT_OBJECTIVES)}")
     config = config or JOINT_DEFAULTS[start]
     began = time.perf_counter()
     pipeline, parser, settings = _starting_point(model, objective, labels_in_graph, tag_candidates)
@@ -110,7 +108,7 @@ def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, o
     inference = {**(parser.manifest.get("inference") or {}), "tag_average": "joint",
                  "tag_candidates": {"k": settings.k, "min_marginal": settings.min_marginal}}
     joint = {
-        "objective": OBJECTIVES[objective],
+        "objective": JOINT_OBJECTIVES[objective],
         "warm_start": f"{os.fspath(model)} ({start})", "train_file": os.path.basename(train_path),
         "sentences": len(gold), "folds": folds, "candidates": {"k": settings.k, "min_marginal": settings.min_marginal},
         "words_with_several_candidates": round(float(several.mean()), 4), "dev_uas_before": round(before, 4),

@@ -30,6 +30,11 @@ COMPONENTS = ("tokenizer", "tagger", "parser", "labeler", "lemmatizer", "morph")
 TREES = ("nonprojective", "projective")
 ROOTS = ("single", "multi")
 OBJECTIVES = ("cll", "l2", "ar", "l2+ar")  # engine.training.erma.OBJECTIVES
+# train-joint (engine.training.joint_finetune): where its weights start, and its objectives with the name the
+# written manifest gives each
+JOINT_STARTS = ("parser", "pruner")
+JOINT_OBJECTIVES = {"joint": "joint-surrogate-cll", "joint-l2": "joint-l2 (approximation-aware)",
+                    "surrogate": "surrogate-cll (control)"}
 # Copies of each training sentence under tags drawn from its jackknife fold tagger's posterior that the labeller
 # also trains on, by default (when the tagger and the labeller are trained): chosen on EWT dev (README, *Labels
 # under tag uncertainty*).

@@ -47,6 +47,21 @@ def soft_gradient_terms(graph: SentenceGraph, families: Sequence[Any], incoming:
     return idx, val
 
 
+def soft_theta_terms(graph: SentenceGraph, families: Sequence[Any],
+                     thetas: Sequence[np.ndarray | None]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The higher-order families' part of a weight gradient given d loss / d each factor's theta (``thetas[k]``
+    of ``families[k]``, None without one; reverse mode through BP): per family of ``graph.soft``, its feature
+    indices and each factor's theta gradient repeated over its features."""
+    pos = {id(f): i for i, f in enumerate(families)}
+    idx, val = [], []
+    for terms in graph.soft.values():
+        g = thetas[pos[id(terms.family)]]
+        if g is not None and len(terms.features):
+            idx.append(terms.features.reshape(-1))
+            val.append(np.repeat(g, terms.features.shape[1]))
+    return idx, val
+
+
 def gold_head_loss(graph: SentenceGraph, beliefs: np.ndarray, gold_heads: np.ndarray) -> float:
     """-sum over words of log b(gold head), each word's link beliefs normalised over its heads."""
     n1 = graph.n + 1
