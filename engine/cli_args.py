@@ -84,7 +84,9 @@ def _add_train_joint(sub: argparse._SubParsersAction) -> None:
                    "the pruner)")
     p.add_argument("--l2", type=float, help="L2 strength (default 0 from the parser: its weights are already "
                    "fitted; 10 from the pruner)")
-    p.add_argument("--bp-iterations", type=int, default=3, help="BP iterations per training sentence")
+    p.add_argument("--bp-iterations", type=int, default=train_options.TrainOptions.bp_iterations,
+                   help="BP iterations per training sentence (joint-l2: also the iterations of its dev parses and "
+                   "the written model's inference.bp.iterations)")
     p.add_argument("--tag-candidates", type=int, default=None, metavar="K", help="at most K candidate tags per word, "
                    "in training and in the written model's default (manifest inference.tag_candidates.k; default: "
                    f"the model's, else {TAG_CANDIDATES})")

@@ -19,7 +19,7 @@ from engine.evaluation.metrics import calibration, confidence_scores
 
 Series = Mapping[str, tuple[np.ndarray, np.ndarray]]  # variant -> (confidences, correct)
 PANELS = {"heads": "head (chosen head's marginal)", "labels": "label (given the right head)",
-          "tags": "UPOS (tagger marginal)", "trees": "tree (p_tree vs exact match)"}
+          "tags": "UPOS (chosen tag's probability)", "trees": "tree (p_tree vs exact match)"}
 
 
 def reliability_series(gold: Sequence[Any], parsed: Sequence[Any], arrays: Mapping[str, tuple[np.ndarray, np.ndarray]],
@@ -42,8 +42,22 @@ def reliability_series(gold: Sequence[Any], parsed: Sequence[Any], arrays: Mappi
     for key in ("labels", "trees"):
         out[key] = {"calibrated": arrays[key], "raw": raw_arrays[key]}
     if "tags" in arrays:
-        out["tags"] = {"raw (not mapped)": arrays["tags"]}
+        out["tags"] = tag_series(gold, parsed, arrays["tags"])
     return out
+
+
+def tag_series(gold: Sequence[Any], parsed: Sequence[Any], tags: tuple[np.ndarray, np.ndarray],
+                ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The UPOS panel: the chosen tags' probabilities as reported, and, where a joint parse's were mapped
+    (``upos_power``, ``engine.decode.calibration.calibrated_tags``), as the model gave them."""
+    conf, right = tags
+    model = [(p.diagnostics or {}).get("model_upos_probs") for p in parsed]
+    if all(m is None for m in model):
+        return {"raw (not mapped)": tags}
+    bounds = np.cumsum([0, *(len(g.upos) for g in gold)])
+    raw = [conf[a:b] if m is None else np.asarray(m, dtype=np.float64)
+           for m, a, b in zip(model, bounds[:-1], bounds[1:], strict=True)]
+    return {"calibrated": tags, "raw": (np.concatenate(raw), right)}
 
 
 def draw_reliability(path: str, panels: Mapping[str, Series], title: str = "") -> None:

@@ -32,7 +32,7 @@ from engine.text.jackknife import jackknife_candidates
 from engine.text.tag_candidates import CandidateSettings
 from engine.training.cll import TrainConfig
 from engine.training.joint import train_joint
-from engine.training.options import JOINT_OBJECTIVES, JOINT_STARTS
+from engine.training.options import JOINT_OBJECTIVES, JOINT_STARTS, TrainOptions
 from engine.training.surrogate import train_surrogate
 
 PathLike = str | os.PathLike[str]
@@ -42,7 +42,7 @@ JOINT_DEFAULTS = {  # per start: from the trained parser a fine-tune (few epochs
     "parser": TrainConfig(epochs=2, learning_rate=0.01, l2=0.0),
     "pruner": TrainConfig(epochs=3, learning_rate=0.05, l2=10.0),
 }
-TRAIN_BP_ITERATIONS = 3  # BP iterations per training sentence, as `train --order 2` (its --bp-iterations)
+TRAIN_BP_ITERATIONS: int = TrainOptions.bp_iterations  # BP iterations per training sentence, as `train --order 2`
 
 
 def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, out: PathLike,
@@ -65,7 +65,10 @@ def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, o
     config = config or JOINT_DEFAULTS[start]
     began = time.perf_counter()
     pipeline, parser, settings = _starting_point(model, objective, labels_in_graph, tag_candidates)
-    bp = resolve("bp", parser.manifest)  # the model's inference settings, for the dev parses
+    # the dev parses: the model's inference settings; an approximation-aware model is chosen (and written) with
+    # the BP iterations it is trained through, as `train --objective` does (Gormley et al. 2015 §6: test as trained)
+    aware = {"iterations": bp_iterations} if objective == "joint-l2" else None
+    bp = resolve("bp", parser.manifest, aware)
     assert isinstance(bp, BPConfig)
     train_bp = BPConfig(max_iterations=bp_iterations, schedule="serial")
     if start == "pruner":
@@ -107,6 +110,8 @@ def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, o
     parser.weights = result.weights
     inference = {**(parser.manifest.get("inference") or {}), "tag_average": "joint",
                  "tag_candidates": {"k": settings.k, "min_marginal": settings.min_marginal}}
+    if aware:
+        inference["bp"] = {**(inference.get("bp") or {}), **aware}
     joint = {
         "objective": JOINT_OBJECTIVES[objective],
         "warm_start": f"{os.fspath(model)} ({start})", "train_file": os.path.basename(train_path),

@@ -13,7 +13,7 @@ import pytest
 
 from engine.cli import main
 from engine.evaluation.metrics import calibration, confidence_scores
-from engine.evaluation.reliability_plot import draw_reliability
+from engine.evaluation.reliability_plot import draw_reliability, tag_series
 
 
 def _gold(heads: list[int], deprels: list[str], upos: list[str]) -> Any:
@@ -36,6 +36,21 @@ def test_confidence_scores_count_labels_on_right_heads_only_and_trees_by_exact_m
     assert out["exact_match"] == 50.0
     assert out["p_tree_ece"] == pytest.approx(calibration(np.array([0.75, 0.25]), np.array([1.0, 0.0]))[0])
     np.testing.assert_array_equal(arrays["tags"][1], [True, True, True, True, False])
+
+
+def test_the_upos_panel_shows_mapped_tags_beside_the_model_s_own() -> None:
+    """A joint parse whose tag probabilities were mapped (``upos_power``) records the model's own
+    (``model_upos_probs``): the UPOS panel draws both, sentence by sentence in order; unmapped parses keep theirs."""
+    gold = [_gold([0, 1], ["root", "obj"], ["VERB", "NOUN"]), _gold([0], ["root"], ["INTJ"])]
+    parsed = [SimpleNamespace(diagnostics={"model_upos_probs": np.array([0.7, 0.6])}),
+              SimpleNamespace(diagnostics=None)]
+    tags = (np.array([0.8, 0.65, 0.9]), np.array([True, False, True]))
+    series = tag_series(gold, parsed, tags)
+    assert set(series) == {"calibrated", "raw"} and series["calibrated"] is tags
+    np.testing.assert_array_equal(series["raw"][0], [0.7, 0.6, 0.9])
+    np.testing.assert_array_equal(series["raw"][1], tags[1])
+    unmapped = [SimpleNamespace(diagnostics={}), SimpleNamespace(diagnostics=None)]
+    assert tag_series(gold, unmapped, tags) == {"raw (not mapped)": tags}
 
 
 def test_draw_reliability_writes_a_png(tmp_path: Path) -> None:

@@ -212,6 +212,7 @@ def test_train_joint_writes_a_joint_pipeline_that_evaluate_reads(ewt_dir: Path, 
     assert manifest["inference"]["tag_average"] == "joint"
     assert manifest["inference"]["tag_candidates"] == manifest["training"]["joint"]["candidates"] == {
         "k": 3, "min_marginal": 0.3}  # trained and parsed with the candidates it was given
+    assert "bp" not in manifest["inference"]  # surrogate CLL keeps the BP settings it was given (BP's defaults)
     assert manifest["training"]["joint"]["sentences"] == 40 and manifest["training"]["joint"]["folds"] == 2
     shipped_manifest = json.loads((PIPELINE / "manifest.json").read_text())
     assert manifest["components"]["tagger"] == shipped_manifest["components"]["tagger"]
@@ -244,11 +245,13 @@ def test_train_joint_with_the_approximation_aware_objective(ewt_dir: Path, tmp_p
     dev_file = _head(ewt_dir / "en_ewt-ud-dev.conllu", 20, tmp_path / "dev.conllu")
     common = ["train-joint", "--model", str(PIPELINE), "--train", str(train_file), "--dev", str(dev_file),
               "--folds", "2", "--epochs", "1", "--quiet", "--objective", "joint-l2"]
-    assert main([*common, "--out", str(tmp_path / "joint")]) == 0
+    assert main([*common, "--out", str(tmp_path / "joint"), "--bp-iterations", "2"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["objective"] == "joint-l2 (approximation-aware)" and summary["config"]["objective"] == "joint-l2"
     manifest = json.loads((tmp_path / "joint" / "manifest.json").read_text())
     assert manifest["training"]["joint"]["objective"] == "joint-l2 (approximation-aware)"
+    # chosen with, and parsed by default with, the BP iterations it was trained through
+    assert manifest["inference"]["bp"]["iterations"] == 2 == summary["config"]["bp"]["max_iterations"]
     assert main([*common, "--out", str(tmp_path / "roles"), "--labels-in-graph"]) == 2
     assert "label-aware links" in capsys.readouterr().err and not (tmp_path / "roles").exists()
 
