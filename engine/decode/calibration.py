@@ -206,18 +206,63 @@ def calibrated(parsed: ParsedSentence, power: float, label_power: float = DEFAUL
 def chosen_head_brier(parses: Sequence[ParsedSentence], gold_heads: Sequence[np.ndarray], power: float) -> float:
     """Mean squared difference between each word's calibrated chosen-head probability and 1 if that head is
     right, else 0."""
-    total, count = 0.0, 0
-    for p, gold in zip(parses, gold_heads, strict=True):
-        probs = calibrated(p, power).head_probs
-        right = np.asarray(p.heads[1:]) == np.asarray(gold[1:])
-        total += float(((probs - right) ** 2).sum())
-        count += len(right)
-    return total / max(count, 1)
+    return ChosenHeads(parses, gold_heads).brier(power)
+
+
+class ChosenHeads:
+    """Every word's head distribution (column ``m`` of its sentence's marginals) laid end to end once, with its
+    chosen head and whether that head is right, so that ``brier(a)`` maps all of them to ``p^a`` renormalised
+    (``calibrated_marginals``) in a few array operations: ``fit_power`` tries about 57 powers, and one
+    ``calibrated`` per sentence and power was most of ``calibrate``'s fit. Parses without marginals keep their
+    head probabilities at every power, as ``calibrated`` leaves them."""
+
+    def __init__(self, parses: Sequence[ParsedSentence], gold_heads: Sequence[np.ndarray]) -> None:
+        logs, lengths, chosen, reported, right, mapped = [], [], [], [], [], []
+        offset = 0
+        for p, gold in zip(parses, gold_heads, strict=True):
+            heads = np.asarray(p.heads[1:])
+            right.append(heads == np.asarray(gold[1:]))
+            reported.append(np.asarray(p.head_probs, dtype=np.float64))
+            mapped.append(np.full(len(heads), p.marginals is not None))
+            if p.marginals is None or not len(heads):
+                continue
+            columns = np.asarray(p.marginals, dtype=np.float64)[:, 1:].T  # row m - 1: word m's heads
+            with np.errstate(divide="ignore"):
+                logs.append(np.where(columns > 0, np.log(np.where(columns > 0, columns, 1.0)), -np.inf).ravel())
+            width = columns.shape[1]
+            lengths.append(np.full(len(heads), width))
+            chosen.append(offset + np.arange(len(heads)) * width + heads)
+            offset += columns.size
+        self.logs = np.concatenate(logs) if logs else np.zeros(0)
+        self.lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+        self.chosen = np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
+        self.reported = np.concatenate(reported) if reported else np.zeros(0)
+        self.right = np.concatenate(right) if right else np.zeros(0, dtype=bool)
+        self.mapped = np.concatenate(mapped) if mapped else np.zeros(0, dtype=bool)
+
+    def probabilities(self, power: float) -> np.ndarray:
+        """The chosen heads' probabilities after the power map, in word order (``calibrated(p, power)``'s)."""
+        if power == 1.0 or not len(self.chosen):
+            return self.reported
+        scaled = self.logs * power
+        top = np.maximum.reduceat(scaled, self.starts)
+        top = np.where(np.isfinite(top), top, 0.0)
+        weights = np.exp(scaled - np.repeat(top, self.lengths))
+        total = np.add.reduceat(weights, self.starts)
+        raw = np.exp(self.logs[self.chosen])
+        out = self.reported.copy()
+        out[self.mapped] = np.where(total > 0, weights[self.chosen] / np.where(total > 0, total, 1.0), raw)
+        return out
+
+    def brier(self, power: float) -> float:
+        """``chosen_head_brier`` at ``power``."""
+        return float(((self.probabilities(power) - self.right) ** 2).sum()) / max(len(self.right), 1)
 
 
 def fit_power(parses: Sequence[ParsedSentence], gold_heads: Sequence[np.ndarray]) -> float:
     """The head power minimising ``chosen_head_brier`` on these parses (``minimise_power``)."""
-    return minimise_power(lambda a: chosen_head_brier(parses, gold_heads, a))
+    return minimise_power(ChosenHeads(parses, gold_heads).brier)
 
 
 def fit_label_power(label_probs: np.ndarray, label_right: np.ndarray) -> float:
@@ -287,8 +332,20 @@ def fit_upos_power(parses: Sequence[ParsedSentence], gold: Sequence[object]) -> 
     if not joint:
         return None
     right = np.concatenate([np.asarray(p.upos) == np.asarray(g.upos) for p, g in joint])  # type: ignore[attr-defined]
+    found = [(p.diagnostics or {})["upos_marginals"] for p, _ in joint]
+    if len({np.shape(dist)[1] for _, dist in found}) == 1:  # one tag set: every word's distribution in one array
+        dists = np.concatenate([np.asarray(dist, dtype=np.float64) for _, dist in found])
+        columns = np.concatenate([[{tag: k for k, tag in enumerate(labels)}[t] for t in p.upos or []]
+                                  for (labels, _), (p, _) in zip(found, joint, strict=True)]).astype(np.int64)
+        rows = np.arange(len(dists))
+        reported = dists[rows, columns] if any(p.upos_probs is None for p, _ in joint) else \
+            np.concatenate([np.asarray(p.upos_probs, dtype=np.float64) for p, _ in joint])  # as at power 1
 
-    def brier(d: float) -> float:
-        probs = np.concatenate([np.asarray(calibrated_tags(p, d).upos_probs) for p, _ in joint])
-        return float(((probs - right) ** 2).mean())
+        def brier(d: float) -> float:
+            probs = reported if d == 1.0 else powered(dists, d, axis=1)[rows, columns]
+            return float(((probs - right) ** 2).mean())
+    else:
+        def brier(d: float) -> float:
+            probs = np.concatenate([np.asarray(calibrated_tags(p, d).upos_probs) for p, _ in joint])
+            return float(((probs - right) ** 2).mean())
     return minimise_power(brier)

@@ -15,13 +15,14 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from engine.bp_parser import BPParser, load_any
-from engine.data.conllu_io import ConlluError, check_parsable, read_conllu  # noqa: F401 (re-exported)
+from engine.data.conllu_io import ConlluError, check_parsable, iter_conllu, read_conllu  # noqa: F401 (re-exported)
 from engine.decode.labeler import CountLabeler
 from engine.decode.loglinear_labeler import LogLinearLabeler
 from engine.decode.tag_marginal import parse_over_tag_samples, with_tag_copies
@@ -155,9 +156,9 @@ def _train_config(options: TrainOptions) -> TrainConfig:
 
 
 def _load(train_path: PathLike, dev_path: PathLike | None, options: TrainOptions) -> _Data:
-    train = read_conllu(train_path)
-    if options.max_sentences:
-        train = train[: options.max_sentences]
+    # --max-sentences N: only the first N sentences are read (and checked)
+    train = list(islice(iter_conllu(train_path), options.max_sentences)) if options.max_sentences else \
+        read_conllu(train_path)
     dev = read_conllu(dev_path) if dev_path else None
     check_parsable(train, train_path)
     return _Data(train, dev, dev)

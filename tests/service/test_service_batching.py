@@ -92,6 +92,9 @@ def assert_same_parse(alone: dict[str, Any], batched: dict[str, Any]) -> None:
                 upos_prob = t.pop("upos_prob")  # the tagger's forward-backward is stacked over sentences too
                 floats.append(-1.0 if upos_prob is None else upos_prob)
             floats.append(s["inference"].pop("residual"))
+            for key in ("p_tree", "expected_errors"):  # the sentence's confidence, read off the same beliefs
+                if key in s:
+                    floats.append(s.pop(key))
         return json.dumps(doc, sort_keys=True), floats
 
     (a, fa), (b, fb) = split(alone), split(batched)

@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from engine.cli import main
-from engine.decode.calibration import calibrated, calibrated_marginals, check_power, chosen_head_brier, fit_power
+from engine.decode.calibration import (
+    ChosenHeads,
+    calibrated,
+    calibrated_marginals,
+    check_power,
+    chosen_head_brier,
+    fit_power,
+)
 from engine.model.store import ModelError, load_model, read_manifest, update_manifest
 from engine.pipeline import Pipeline
 from engine.results import ParsedSentence
@@ -42,6 +49,45 @@ def _parse(marginals: np.ndarray) -> ParsedSentence:
     m = np.arange(1, len(heads))
     return ParsedSentence(heads, marginals[heads[1:], m], marginals, None, ["dep"] * (len(heads) - 1),
                           np.ones(len(heads) - 1))
+
+
+def _loop_brier(parses: list[ParsedSentence], golds: list[np.ndarray], power: float) -> float:
+    """The chosen-head Brier score one sentence at a time through ``calibrated`` (what ``ChosenHeads`` stands in
+    for)."""
+    total, count = 0.0, 0
+    for p, gold in zip(parses, golds, strict=True):
+        right = p.heads[1:] == gold[1:]
+        total += float(((calibrated(p, power).head_probs - right) ** 2).sum())
+        count += len(right)
+    return total / count
+
+
+def test_the_vectorised_brier_equals_calibrating_each_sentence() -> None:
+    """``ChosenHeads`` (every word's head column end to end) gives ``calibrated``'s chosen-head probabilities and
+    Brier score at every power: sentences of 1-12 words, impossible heads (zeros), a chosen head of probability
+    0, a parse without marginals (its probabilities kept), and the power 1 (the reported ones)."""
+    rng = np.random.default_rng(3)
+    parses, golds = [], []
+    for n in [1, 2, 3, 5, 8, 12, 4, 7]:
+        raw = rng.dirichlet(np.full(n + 1, 0.4), size=n).T
+        raw[rng.random(raw.shape) < 0.2] = 0.0
+        raw[0, :] += 1e-3  # every word keeps a possible head
+        marginals = np.zeros((n + 1, n + 1))
+        marginals[:, 1:] = raw / raw.sum(axis=0)
+        parse = _parse(marginals)
+        golds.append(np.concatenate([[-1], rng.integers(0, n + 1, n)]))
+        parses.append(parse)
+    zero = parses[3]
+    zero.heads[2] = int(np.flatnonzero(zero.marginals[:, 2] == 0)[0]) if (zero.marginals[:, 2] == 0).any() else 0
+    zero.marginals[zero.heads[2], 2] = 0.0  # a chosen head the marginals call impossible
+    parses.append(ParsedSentence(np.array([-1, 0, 1]), np.array([0.7, 0.4]), None, None, ["dep"] * 2, np.ones(2)))
+    golds.append(np.array([-1, 0, 0]))
+    heads = ChosenHeads(parses, golds)
+    for power in [0.05, 0.3, 0.7149, 1.0, 1.5, 4.0, 20.0]:
+        expected = np.concatenate([calibrated(p, power).head_probs for p in parses])
+        np.testing.assert_allclose(heads.probabilities(power), expected, rtol=1e-12, atol=1e-15)
+        assert heads.brier(power) == pytest.approx(_loop_brier(parses, golds, power), rel=1e-12)
+    np.testing.assert_array_equal(heads.probabilities(0.5)[-2:], [0.7, 0.4])
 
 
 def test_fit_recovers_a_known_overconfidence() -> None:
