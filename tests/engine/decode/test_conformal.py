@@ -10,13 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.decode.calibration import calibrated, calibrated_marginals
 from engine.decode.conformal import (
     ALPHA_MIN,
+    LEGACY_SCORE,
     alpha_grid,
     aps_scores,
     check_alpha,
     conformal_threshold,
     fit_thresholds,
+    head_columns,
     head_sets,
     prediction_sets,
     stored_conformal,
@@ -110,6 +113,27 @@ def test_bad_levels_are_refused(bad: object) -> None:
 def test_a_model_without_thresholds_names_calibrate() -> None:
     with pytest.raises(ValueError, match="calibrate"):
         stored_conformal({"inference": {"head_power": 0.7}})
+
+
+def test_scored_columns_are_the_power_map_s_before_the_isotonic_stage() -> None:
+    """``head_columns`` undoes the isotonic stage of a calibrated parse (``remap_chosen``, from the recorded
+    ``power_head_probs``): the power-mapped columns to rounding, for knots that push chosen heads up and down;
+    the legacy score, and a parse without the map, read the reported columns; a stored score the engine does not
+    know is refused, naming ``calibrate``."""
+    rng = np.random.default_rng(5)
+    knots = (np.array([0.0, 0.3, 0.6, 1.0]), np.array([0.0, 0.45, 0.45, 0.97]))  # a flat step, as fitted maps have
+    for n in (1, 4, 9):
+        marginals = _tree_marginals(rng, 1, n)[0]
+        heads = np.concatenate([[-1], marginals[:, 1:].argmax(axis=0)])
+        parsed = ParsedSentence(heads, marginals[heads[1:], np.arange(1, n + 1)], marginals, None, ["dep"] * n,
+                                np.ones(n))
+        out = calibrated(parsed, 0.8, head_knots=knots)
+        np.testing.assert_allclose(head_columns(out), calibrated_marginals(marginals, 0.8)[:, 1:].T, atol=1e-13)
+        np.testing.assert_array_equal(head_columns(out, LEGACY_SCORE), out.marginals[:, 1:].T)
+        np.testing.assert_array_equal(head_columns(parsed), marginals[:, 1:].T)
+    with pytest.raises(ValueError, match="calibrate"):
+        stored_conformal({"inference": {"conformal": {"heads": [], "score": "aps-randomised"}}})
+    assert stored_conformal({"inference": {"conformal": {"heads": []}}}) == {"heads": []}  # stored before scores
 
 
 def _tree_marginals(rng: np.random.Generator, count: int, n: int) -> np.ndarray:
