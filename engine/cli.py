@@ -244,9 +244,11 @@ def calibrate_model(args: argparse.Namespace) -> dict[str, Any]:
     if any(g.heads is None for g in gold):
         raise UsageError(f"{args.data}: calibration needs gold HEAD values")
     maps, tuned = fit_calibration(parsed, gold)  # engine.evaluation.calibration_fit
+    stage = maps.pop("head_stage")
     after = attachment_scores(gold, [p.heads for p in tuned], [p.deprels for p in tuned], [p.head_probs for p in tuned])
     fitted = {"data": Path(args.data).name, "data_sha256": file_sha256(args.data),
-              "objective": "chosen-head brier (power, then isotonic)",
+              "objective": f"chosen-head brier (power, then {stage['stage']})",
+              "stage_held_out_ece": stage["held_out_ece"],
               "tag_samples": args.tag_samples, "tag_average": args.tag_average or args.pipeline.default_tag_average,
               "ece_before": round(before["ece"], 5), "ece_after": round(after["ece"], 5)}
     inference = {**(args.pipeline.manifest.get("inference") or {}), "head_calibration": fitted, **maps,

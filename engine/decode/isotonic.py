@@ -1,5 +1,9 @@
-"""A monotone map of the chosen head's probability, fitted by isotonic regression on dev after the power map
-(``engine.decode.calibration``): the second stage of the head calibration.
+"""A monotone map of the chosen head's probability, fitted on dev after the power map
+(``engine.decode.calibration``): the second stage of the head calibration. ``calibrate`` fits two candidates,
+isotonic regression (below) and Platt scaling (``fit_platt_knots``), and keeps the one with the lower expected
+calibration error on held-out halves of dev (``engine.evaluation.calibration_fit.choose_stage``); either is
+stored in the same form, knots of a non-decreasing piecewise-linear map (``inference.head_isotonic``, the key
+kept from when the stage was always isotonic), and applied the same way.
 
 The power map ``p^a`` has one degree of freedom; on the shipped pipeline's dev parses it leaves the middle
 underconfident and the top overconfident at once (a reliability curve no single power straightens). Isotonic
@@ -42,6 +46,33 @@ def fit_knots(probs: np.ndarray, right: np.ndarray) -> dict[str, list[float]]:
     y = np.ravel(np.column_stack([fit[starts], fit[ends]]))
     x, keep = np.unique(np.round(x, 5), return_index=True)
     return {"x": x.tolist(), "y": np.round(y[keep], 5).tolist()}
+
+
+PLATT_KNOTS = 257  # points of a Platt curve stored as knots, evenly spaced in log-odds from -12 to 12
+
+
+def fit_platt_knots(probs: np.ndarray, right: np.ndarray) -> dict[str, list[float]]:
+    """Platt scaling of the chosen head's probability (Platt 1999: ``sigmoid(a * logit(q) + b)``, ``a`` and ``b``
+    fitted by the Brier score against ``right``) stored in the knots' form: the curve at ``PLATT_KNOTS`` points
+    evenly spaced in log-odds, with (0, 0) and (1, 1), rounded to 6 decimals. A fit that would not increase
+    (``a <= 0``) is no calibration map: the identity is returned."""
+    from scipy.optimize import minimize  # as in fit_knots: only `calibrate` pays for the import
+    from scipy.special import expit  # the logistic function without overflow
+
+    q = np.clip(np.asarray(probs, dtype=np.float64), 1e-12, 1.0 - 1e-12)
+    z, y = np.log(q) - np.log1p(-q), np.asarray(right, dtype=np.float64)
+
+    def loss(ab: np.ndarray) -> float:
+        return float(((expit(ab[0] * z + ab[1]) - y) ** 2).mean())
+
+    a, b = minimize(loss, np.array([1.0, 0.0]), method="Nelder-Mead").x if len(y) else (1.0, 0.0)
+    if not a > 0:
+        return {"x": [0.0, 1.0], "y": [0.0, 1.0]}
+    t = np.linspace(-12.0, 12.0, PLATT_KNOTS)
+    xs = np.asarray(np.round(np.r_[0.0, expit(t), 1.0], 6))
+    ys = np.asarray(np.round(np.r_[0.0, expit(a * t + b), 1.0], 6))
+    unique, keep = np.unique(xs, return_index=True)
+    return {"x": [float(v) for v in unique], "y": [float(v) for v in np.maximum.accumulate(ys[keep])]}
 
 
 def check_knots(value: object) -> tuple[np.ndarray, np.ndarray] | None:

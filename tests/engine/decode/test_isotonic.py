@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from engine.decode.calibration import calibrated, manifest_calibration
-from engine.decode.isotonic import check_knots, fit_knots, remap_chosen
+from engine.decode.isotonic import check_knots, fit_knots, fit_platt_knots, remap_chosen
+from engine.evaluation.calibration_fit import choose_stage
 from engine.results import ParsedSentence
 
 
@@ -83,3 +84,36 @@ def test_bad_knots_are_refused(bad: object) -> None:
     with pytest.raises(ValueError, match="head_isotonic"):
         manifest_calibration({"head_isotonic": bad})
     assert manifest_calibration({})["head_isotonic"] is None
+
+
+def _sigmoid(t: np.ndarray) -> np.ndarray:
+    return np.asarray(1.0 / (1.0 + np.exp(-t)))
+
+
+def test_platt_knots_recover_a_known_curve_and_are_valid_knots() -> None:
+    """Heads right with probability sigmoid(1.7 logit(q) - 0.4) (fixed seed, 40,000 words): the fitted Platt
+    curve, stored as knots, is that curve to within sampling error, and the knots pass ``check_knots``; a fit that
+    would decrease is replaced by the identity."""
+    rng = np.random.default_rng(2)
+    q = rng.uniform(0.02, 0.999, 40_000)
+    truth = _sigmoid(1.7 * (np.log(q) - np.log1p(-q)) - 0.4)
+    knots = check_knots(fit_platt_knots(q, rng.random(len(q)) < truth))
+    assert knots is not None and knots[0][0] == 0.0 and knots[0][-1] == 1.0
+    grid = np.linspace(0.05, 0.99, 50)
+    expected = _sigmoid(1.7 * (np.log(grid) - np.log1p(-grid)) - 0.4)
+    assert np.max(np.abs(np.interp(grid, *knots) - expected)) < 0.02
+    assert fit_platt_knots(q, rng.random(len(q)) < 1.0 - q) == {"x": [0.0, 1.0], "y": [0.0, 1.0]}
+
+
+def test_the_stage_is_chosen_by_held_out_ece() -> None:
+    """Data shaped like a Platt curve choose ``platt``; data that jump at one probability (a step no sigmoid of
+    the log-odds follows) choose ``isotonic``; the held-out ECEs that chose are returned for both."""
+    rng = np.random.default_rng(4)
+    q = rng.uniform(0.02, 0.999, 30_000)
+    sentence = np.repeat(np.arange(3_000), 10)
+    smooth = rng.random(len(q)) < _sigmoid(1.3 * (np.log(q) - np.log1p(-q)) + 0.3)
+    stage, eces = choose_stage(q, smooth, sentence)
+    assert stage == "platt" and eces["platt"] < eces["isotonic"]
+    step = rng.random(len(q)) < np.where(q < 0.6, 0.15, 0.95)
+    stage, eces = choose_stage(q, step, sentence)
+    assert stage == "isotonic" and eces["isotonic"] < eces["platt"]
