@@ -18,8 +18,8 @@ probability first exceeds ``q`` (the crossing candidate included). If the test w
 are exchangeable, its true candidate's score is at most ``q`` with probability >= 1 - alpha (ibid., Thm 1;
 the rank of the test score among the n + 1 is uniform), so the set covers it with that probability.
 
-The head columns scored (``SCORE``, since 2026-11-27) are those of the power map, before the isotonic stage of
-the chosen head's probability (``head_columns``): the isotonic map is flat between its knots, and the scores
+The head columns scored (``SCORE``, since 2026-11-27) are those of the power map, before the stage on the chosen
+head's probability (``head_columns``): an isotonic map is flat between its knots, and the scores
 it makes equal across words all enter the sets when they tie at the threshold (EWT dev, the default model,
 alpha 0.1, coverage on the calibration words themselves: 90.49% over the reported columns, 90.01% over the
 power-mapped ones, with smaller sets). Thresholds stored under the former score (``LEGACY_SCORE``, the
@@ -118,11 +118,11 @@ def threshold_for(stored: Sequence[float | None], alpha: float) -> float:
 
 def head_columns(parsed: ParsedSentence, score: str = SCORE) -> np.ndarray:
     """(n, n+1): row m-1 is word m's distribution over heads 0..n. ``LEGACY_SCORE``: its column of the marginals
-    as reported. ``SCORE``: the column after the power map and before the isotonic stage of the chosen head
-    (``engine.decode.isotonic.remap_chosen``, undone here from the recorded ``power_head_probs``): the isotonic
-    map is flat between its knots, so its probabilities tie across words, and scores that tie at the threshold
-    all enter the sets (EWT dev, in-sample, alpha 0.1: 90.49% coverage over the reported columns); the power map
-    keeps them apart. Either way the ranking of a word's heads is the same but for the chosen head's place."""
+    as reported. ``SCORE``: the column after the power map and before the stage on the chosen head (isotonic or
+    Platt knots, ``engine.decode.isotonic.remap_chosen``, undone here from the recorded ``power_head_probs``): an
+    isotonic map is flat between its knots, so its probabilities tie across words, and scores that tie at the
+    threshold all enter the sets (EWT dev, in-sample, alpha 0.1: 90.49% coverage over the reported columns); the
+    power map keeps them apart. Either way a word's heads rank the same but for the chosen head's place."""
     columns = np.asarray(parsed.marginals, dtype=np.float64)[:, 1:].T
     power = (parsed.diagnostics or {}).get("power_head_probs")
     if score == LEGACY_SCORE or power is None or not len(columns):

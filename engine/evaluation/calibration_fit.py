@@ -27,18 +27,23 @@ STAGE_SPLITS, STAGE_SEED = 4, 0  # held-out halves of the development set that c
 
 def choose_stage(probs: np.ndarray, right: np.ndarray, sentence: np.ndarray) -> tuple[str, dict[str, float]]:
     """``isotonic`` or ``platt``: the stage whose map, fitted on a random half of the sentences, has the lower
-    mean ECE on the other half over ``STAGE_SPLITS`` splits (seeded), and each stage's mean held-out ECE."""
+    mean ECE on the other half over ``STAGE_SPLITS`` splits (seeded), and each stage's mean held-out ECE. A split
+    that leaves a half without words is skipped; with none left (a development set of one sentence) the stage is
+    ``isotonic`` and no ECE is reported."""
     rng = np.random.default_rng(STAGE_SEED)
     fits = {"isotonic": fit_knots, "platt": fit_platt_knots}
     eces: dict[str, list[float]] = {name: [] for name in fits}
+    sentences = int(sentence.max()) + 1 if len(sentence) else 0
     for _ in range(STAGE_SPLITS):
-        half = (rng.random(int(sentence.max()) + 1 if len(sentence) else 0) < 0.5)[sentence]
+        half = (rng.random(sentences) < 0.5)[sentence]
+        if half.all() or not half.any():
+            continue
         for name, fit in fits.items():
             knots = check_knots(fit(probs[half], right[half]))
             assert knots is not None
             eces[name].append(calibration(np.interp(probs[~half], *knots), right[~half])[0])
-    means = {name: round(float(np.mean(values)), 5) for name, values in eces.items()}
-    return min(means, key=lambda name: (means[name], name)), means
+    means = {name: round(float(np.mean(values)), 5) for name, values in eces.items() if values}
+    return (min(means, key=lambda name: (means[name], name)) if means else "isotonic"), means
 
 
 def fit_calibration(parsed: Sequence[ParsedSentence], gold: Sequence[Any]) -> tuple[dict[str, Any],

@@ -117,3 +117,5 @@ def test_the_stage_is_chosen_by_held_out_ece() -> None:
     step = rng.random(len(q)) < np.where(q < 0.6, 0.15, 0.95)
     stage, eces = choose_stage(q, step, sentence)
     assert stage == "isotonic" and eces["isotonic"] < eces["platt"]
+    # one sentence cannot be split in halves: the former stage, nothing measured
+    assert choose_stage(q[:10], step[:10], np.zeros(10, dtype=np.int64)) == ("isotonic", {})
