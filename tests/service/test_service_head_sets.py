@@ -29,10 +29,16 @@ def body(**extra: object) -> dict[str, object]:
 
 
 def test_head_sets_are_the_direct_computation_on_the_marginals(client: TestClient) -> None:
-    """Each word's set: its heads by marginal (highest first, ties by index) while the probability ranked before
-    the head is at most the stored threshold for alpha; its mass the sum; sets nested as alpha shrinks."""
-    conformal = read_manifest(ROOT / "models" / "en_ewt")["inference"]["conformal"]
+    """Each word's set: its heads by probability (highest first, ties by index) while the probability ranked
+    before the head is at most the stored threshold for alpha, the probabilities being the model's marginals
+    after the head power alone (``aps-power-nonrandomised``: the uncalibrated /marginals, p^a renormalised; the
+    chosen-head stage after the power is left out of the scores); its mass the sum of the calibrated /marginals;
+    sets nested as alpha shrinks."""
+    inference = read_manifest(ROOT / "models" / "en_ewt")["inference"]
+    conformal, power = inference["conformal"], inference["head_power"]
+    assert conformal["score"] == "aps-power-nonrandomised"
     marginals = client.post("/marginals", json=body()).json()["sentences"]
+    raw = client.post("/marginals", json=body(inference={"calibration": "none"})).json()["sentences"]
     parsed = client.post("/parse", json=body()).json()["sentences"]
     previous = None
     for alpha in (0.3, 0.1, 0.05, 0.011):
@@ -40,10 +46,13 @@ def test_head_sets_are_the_direct_computation_on_the_marginals(client: TestClien
         assert r.status_code == 200, r.text
         q = threshold_for(conformal["heads"], alpha)
         sets = []
-        for sentence, rows, tree in zip(r.json()["sentences"], marginals, parsed, strict=True):
-            for token, row, word in zip(sentence["tokens"], rows["marginals"], tree["tokens"], strict=True):
-                order = sorted(range(len(row)), key=lambda h: (-row[h], h))
-                expected = [h for k, h in enumerate(order) if sum(row[g] for g in order[:k]) <= q + 1e-9
+        for sentence, rows, raw_rows, tree in zip(r.json()["sentences"], marginals, raw, parsed, strict=True):
+            for token, row, raw_row, word in zip(sentence["tokens"], rows["marginals"], raw_rows["marginals"],
+                                                 tree["tokens"], strict=True):
+                total = sum(p ** power for p in raw_row if p > 0)
+                scored = [p ** power / total if p > 0 else 0.0 for p in raw_row]
+                order = sorted(range(len(scored)), key=lambda h: (-scored[h], h))
+                expected = [h for k, h in enumerate(order) if sum(scored[g] for g in order[:k]) <= q + 1e-9
                             and h != token["id"]]
                 assert token["head_set"] == expected
                 assert token["head_set_prob"] == pytest.approx(sum(row[h] for h in expected), abs=1e-6)
