@@ -150,9 +150,15 @@ def test_a_data_parallel_shard_whose_worker_is_killed_is_rebuilt(ewt_dir: Path, 
         cluster_options = TrainOptions(**options, cluster=cl.scheduler_address)
         train_model(path, path, tmp_path / "one", cluster_options, progress=False)
         killed: list[int] = []
+        seen: list[float] = []
 
         def on_progress(fraction: float, stage: str) -> None:
-            if stage == "training" and fraction > 0 and not killed:
+            # ``fraction`` is the overall progress: the stage's start is already above 0, so wait for it to move
+            # (the first batch done); killed at the stage's start, the worker could be back before the shards
+            # are set up, and nothing would be lost
+            if stage == "training":
+                seen.append(fraction)
+            if stage == "training" and fraction > seen[0] and not killed:
                 worker = sorted(client.scheduler_info()["workers"])[0]
                 pid = client.run(os.getpid, workers=[worker])[worker]
                 os.kill(pid, signal.SIGKILL)
