@@ -15,8 +15,8 @@ from engine.decode.calibration import (
     ChosenHeads,
     calibrated_all,
     fit_label_and_tree_powers,
-    fit_power,
     fit_upos_power,
+    minimise_power,
 )
 from engine.decode.isotonic import KEY, check_knots, fit_knots, fit_platt_knots
 from engine.evaluation.metrics import calibration
@@ -52,8 +52,8 @@ def fit_calibration(parsed: Sequence[ParsedSentence], gold: Sequence[Any]) -> tu
     ``gold`` sentences (their heads, deprels and UPOS), the parses with heads (and joint tags) calibrated by it,
     and, as ``head_stage``, which chosen-head stage was chosen and the held-out ECEs that chose it."""
     gold_heads = [g.heads for g in gold]
-    power = fit_power(parsed, gold_heads)
-    heads = ChosenHeads(parsed, gold_heads)
+    heads = ChosenHeads(parsed, gold_heads)  # every word's head column laid out once, for the power and the stage
+    power = minimise_power(heads.brier)  # fit_power, without laying the columns out a second time
     probs, right = heads.probabilities(power), heads.right
     sentence = np.concatenate([np.full(len(p.heads) - 1, i) for i, p in enumerate(parsed)]).astype(np.int64)
     stage, held_out = choose_stage(probs, right, sentence)
