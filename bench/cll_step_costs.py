@@ -15,6 +15,12 @@ with numba's ``prange`` (one gradient row per worker, summed in the pass, as a s
 need), to see whether the serial part itself can shrink::
 
     OPENBLAS_NUM_THREADS=1 python bench/cll_step_costs.py --parallel
+
+``--cluster local:N`` (or ``tcp://HOST:PORT``) also runs the same batches data-parallel
+(``engine.training.cluster.ShardedCLL``) and times the driver's share of each step: gathering and sending each
+part's weights, waiting for the parts, adding their gradients into the dense buffer, the step and the averaging::
+
+    OPENBLAS_NUM_THREADS=1 python bench/cll_step_costs.py --cluster local:2
 """
 
 from __future__ import annotations
@@ -83,6 +89,46 @@ def parallel_passes(dim: int, workers: int, repeat: int = 30) -> dict[str, float
     return {f"parallel_{k}_ms": mean_ms(v) for k, v in times.items()}
 
 
+def cluster_parts(spec: str, extractor: FeatureExtractor, constraint: TreeConstraint, sentences: list[object],
+                  batch_size: int) -> dict[str, object]:
+    """The driver's share of each data-parallel step (``ShardedCLL.objective``'s parts, then the step and the
+    averaging), means over the batches in order; ``distinct_features`` is the mean size of a part."""
+    from engine.training.cluster import ShardedCLL, connect
+
+    with connect(spec) as client:
+        sharded = ShardedCLL(client, extractor, constraint, sentences, batch_size)
+        w = np.random.default_rng(0).normal(scale=0.01, size=extractor.dim)
+        buffer, sums, opt = np.zeros(extractor.dim), np.zeros(extractor.dim), AdaGrad(extractor.dim, 0.1)
+        parts: dict[str, list[float]] = {"send": [], "wait": [], "add_parts": [], "step": [], "averaging": []}
+        sizes: list[int] = []
+        try:
+            for b in range(len(sharded.sizes)):
+                t = time.perf_counter()
+                pieces = [(actor, index[b]) for actor, index in zip(sharded.actors, sharded.index, strict=True)]
+                calls = [(part, actor.objective(b, w[part])) for actor, part in pieces if part is not None]
+                parts["send"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                results = [(index, call.result()) for index, call in calls]
+                parts["wait"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                for index, (_, part_grad) in results:
+                    buffer[index] += part_grad
+                    sizes.append(len(index))
+                parts["add_parts"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                opt.step(w, buffer, 1e-4, clear=True)
+                parts["step"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                sums += w
+                parts["averaging"].append(time.perf_counter() - t)
+        finally:
+            sharded.close()
+    out: dict[str, object] = {f"cluster_{k}_ms": mean_ms(v) for k, v in parts.items()}
+    out["cluster_total_ms"] = round(sum(statistics.fmean(v) for v in parts.values()) * 1000, 2)
+    out["cluster_distinct_features"] = round(statistics.fmean(sizes))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train", type=Path, default=TRAIN)
@@ -91,6 +137,7 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=1 << 22)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--parallel", action="store_true", help="also time the dense passes over numba threads")
+    ap.add_argument("--cluster", help="also time the data-parallel steps on this cluster (local:N, tcp://HOST:PORT)")
     args = ap.parse_args()
     constraint = TreeConstraint()
     sentences = [s for _, s in zip(range(args.sentences), iter_conllu(args.train), strict=False)]
@@ -124,6 +171,8 @@ def main() -> None:
         best = statistics.fmean(parts["part_objective"]) + (out["parallel_step_ms"]  # type: ignore[operator]
                                                              + out["parallel_averaging_ms"]) / 1000
         out["bound_parallel_passes"] = round(whole / best, 3)
+    if args.cluster:
+        out.update(cluster_parts(args.cluster, extractor, constraint, [sentences[i] for i in keep], args.batch_size))
     out.update(batches=len(batches), workers=args.workers, dim=args.dim, cores=os.cpu_count(),
                load_average=os.getloadavg()[0])
     print(json.dumps(out))

@@ -65,6 +65,25 @@ def test_each_batch_gradient_is_the_sum_of_the_workers_parts(client: Any, ewt_di
         sharded.close()
 
 
+def test_a_piece_renumbers_its_features_into_its_own_index_space() -> None:
+    """``Piece``: ``index`` is the distinct features and the null feature 0, ascending, and ``index[local]`` gives the
+    features back, piece after piece on the same scratch arrays; a feature outside the hashed dimension is
+    refused."""
+    from engine.training.cluster import Piece
+
+    rng = np.random.default_rng(3)
+    dim = 5000
+    marks, positions = np.zeros(dim, dtype=bool), np.zeros(dim, dtype=np.int32)
+    for size in (1, 40, 3000):
+        features = rng.integers(0, dim, size=(2, size, 3)).astype(np.int32)
+        piece = Piece(features, np.zeros((2, 4)), marks, positions)
+        assert np.array_equal(piece.index, np.union1d(features, [0]).astype(np.int32))
+        assert piece.index.dtype == piece.local.dtype == np.int32 and piece.local.shape == features.shape
+        assert np.array_equal(piece.index[piece.local], features)
+    with pytest.raises(IndexError):
+        Piece(np.array([[1, dim]], dtype=np.int32), np.zeros((1, 2)), marks, positions)
+
+
 @pytest.mark.slow
 def test_a_shard_lost_between_batches_is_rebuilt_and_gives_the_same_parts(ewt_dir: Path) -> None:
     """Each batch's loss and gradient are computed, a shard's worker is SIGKILLed, and every batch again: the lost
