@@ -129,6 +129,17 @@ def prepare_batches(
     return out
 
 
+# The training batches' features of the latest ``train_cll(..., shared=KEY)`` in this process (a Dask worker's too):
+# the runs of ``--seeds N`` read the same sentences, so the first extracts them and the others reuse them. One key
+# at most (a training set's features can take gigabytes); ``forget_shared(KEY)`` frees them.
+_SHARED: dict[str, list[TrainingBatch]] = {}
+
+
+def forget_shared(key: str) -> None:
+    """Free the features kept under ``key`` in this process, if they are (run on every worker of a cluster too)."""
+    _SHARED.pop(key, None)
+
+
 def train_cll(
     extractor: FeatureExtractor,
     constraint: TreeConstraint,
@@ -139,6 +150,7 @@ def train_cll(
     on_batch: Callable[[int, int], None] | None = None,
     client: Any = None,
     clusters: int | None = None,
+    shared: str | None = None,
 ) -> TrainResult:
     """Train weights by CLL + AdaGrad; ``dev_score(weights)`` picks the best epoch (higher is better; without
     it, the lowest training loss). ``progress`` shows tqdm bars.
@@ -153,6 +165,15 @@ def train_cll(
     ``clusters`` = K: latent edge clusters (``hidden_cll_objective``); the weights are then (K, dim), starting
     from ``initial_cluster_weights(K, dim, config.seed)`` (noise for K > 1, zeros for K = 1, which trains
     today's weights bit for bit in a (1, dim) array). Not with ``client``.
+
+    ``shared``: a key naming ``train``, ``extractor``, ``constraint`` and ``config.batch_size`` together (the caller
+    makes a new one for each set of runs on them): the batches' features are extracted by the first call with the
+    key in this process and reused by the next (the same features, so the same results); the caller frees them
+    with ``forget_shared``. Without ``client`` only.
+
+    With ``client`` each epoch's next batch is sent to the workers as soon as a step is taken
+    (``ShardedCLL.dispatch``), so that the loop's averaging overlaps their work; the weights are those of sending
+    each batch when it is needed (tested).
     """
     if clusters is not None and client is not None:
         raise ValueError("latent edge clusters are not trained on a cluster of workers")
@@ -162,7 +183,12 @@ def train_cll(
     sharded = None
     buffer = np.zeros(extractor.dim)  # every batch's gradient, cleared by the step that reads it
     if client is None:
-        batches = prepare_batches(extractor, kept, config.batch_size, progress)
+        batches = _SHARED.get(shared) if shared is not None else None
+        if batches is None:
+            batches = prepare_batches(extractor, kept, config.batch_size, progress)
+            if shared is not None:
+                _SHARED.clear()
+                _SHARED[shared] = batches
         sizes = [len(batch.gold) for batch in batches]
 
         def objective(weights: np.ndarray, b: int) -> tuple[float, np.ndarray]:
@@ -177,7 +203,7 @@ def train_cll(
 
         def objective(weights: np.ndarray, b: int) -> tuple[float, np.ndarray]:
             assert sharded is not None
-            return sharded.objective(weights, b, out=buffer)
+            return sharded.collect(b, weights, out=buffer)
     n_sent = len(keep)
     rng = np.random.default_rng(config.seed)
     w = np.zeros(extractor.dim) if clusters is None else initial_cluster_weights(clusters, extractor.dim, config.seed)
@@ -185,14 +211,26 @@ def train_cll(
     loop = EpochLoop([w], total_batches=config.epochs * len(sizes), total_epochs=config.epochs,
                      average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
 
+    order: list[int] = []  # this epoch's batches, and how many have been stepped through
+
+    def epoch_order() -> list[int]:
+        order[:] = [int(b) for b in rng.permutation(len(sizes))]
+        done[0] = 0
+        return order
+
+    done = [0]
+
     def step(b: int) -> float:
         nll, grad = objective(w, b)
         opt.step(w, grad, config.l2 * (sizes[b] / n_sent), clear=True)  # the gradient buffer, zeroed for the next
+        done[0] += 1
+        if sharded is not None and done[0] < len(order) and order[done[0] - 1] == b:
+            sharded.dispatch(order[done[0]], w)  # the next batch, while the loop averages
         return nll
 
     try:
-        loop.run(config.epochs, lambda: rng.permutation(len(sizes)), step, dev_or_loss(dev_score, "nll"),
-                 loss_key="nll", per=max(n_sent, 1))
+        loop.run(config.epochs, epoch_order, step, dev_or_loss(dev_score, "nll"), loss_key="nll",
+                 per=max(n_sent, 1))
     finally:
         if sharded is not None:
             sharded.close()

@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+from numba import njit  # type: ignore[import-untyped]
 
 from engine.data.batching import length_batches
 from engine.features.extract import FeatureExtractor
@@ -151,17 +152,47 @@ def ordered_map(client: Any, fn: Any, items: Iterable[tuple[Any, tuple[Any, ...]
 class Piece:
     """One worker's part of one mini-batch: features renumbered into the part's own index space
     (``local[..] = j`` for global feature ``index[j]``; ``index`` ascending, ``index[0]`` the null feature 0)
-    and gold heads. ``marks`` and ``positions`` are scratch arrays of the hashed dimension (a sort of the
-    features, ``np.unique``, costs several times more)."""
+    and gold heads. ``marks`` (bool, all False) and ``positions`` (int32) are scratch arrays of the hashed
+    dimension, left as they were found for the next piece (a sort of the features, ``np.unique``, costs several
+    times more)."""
 
     def __init__(self, features: np.ndarray, gold: np.ndarray, marks: np.ndarray, positions: np.ndarray) -> None:
-        marks[:] = False
-        marks[0] = True
-        marks[features.reshape(-1)] = True
-        self.index = np.flatnonzero(marks).astype(np.int32)
-        positions[self.index] = np.arange(len(self.index), dtype=np.int32)
-        self.local = positions[features]
+        features = np.ascontiguousarray(features, dtype=np.int32)
+        self.local = np.empty_like(features)
+        self.index = _renumber(features.reshape(-1), marks, positions, self.local.reshape(-1))
         self.gold = gold
+
+
+@njit(cache=True, nogil=True)
+def _renumber(features: np.ndarray, marks: np.ndarray, positions: np.ndarray,
+              local: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """The distinct features (and 0) ascending, with ``local[i]`` the position of ``features[i]`` among them: the
+    marks set, read in order, and cleared again (``marks`` all False on entry and on return). One compiled pass
+    each instead of numpy's scatter, scan, scatter and gather, which took as long as extracting the features
+    (docs/results/cluster.md). A feature outside ``marks`` raises ``IndexError`` (numba does not check bounds:
+    this does, before the write)."""
+    size = len(marks)
+    marks[0] = True
+    count = 1
+    for i in range(len(features)):
+        f = features[i]
+        if f < 0 or f >= size:
+            marks[:] = False
+            raise IndexError("a feature index lies outside the hashed dimension")
+        if not marks[f]:
+            marks[f] = True
+            count += 1
+    index = np.empty(count, dtype=np.int32)
+    j = 0
+    for f in range(size):
+        if marks[f]:
+            index[j] = f
+            positions[f] = j
+            marks[f] = False
+            j += 1
+    for i in range(len(features)):
+        local[i] = positions[features[i]]
+    return index
 
 
 class Shard:
@@ -234,6 +265,7 @@ class ShardedCLL:
         self.actors: list[Any] = [None] * n
         self.index: list[list[np.ndarray | None]] = [[] for _ in range(n)]
         self.rebuilds = 0
+        self._pending: tuple[int, list[tuple[int, Any]]] | None = None  # (batch, its parts' calls) dispatched
         for k, worker in enumerate(workers):  # all shards set up at once, then each waited for
             with contextlib.suppress(Exception):  # its worker went away meanwhile: set up elsewhere below
                 self.futures[k] = self._start(k, worker)
@@ -315,17 +347,36 @@ class ShardedCLL:
     def objective(self, weights: np.ndarray, b: int, out: np.ndarray | None = None) -> tuple[float, np.ndarray]:
         """Batch ``b``'s negative log-likelihood and gradient: each worker's part, summed worker by worker (into
         ``out``, a buffer of zeros, when given, as ``cll_objective``)."""
-        calls = [(k, index[b], actor.objective(b, weights[index[b]]))
-                 for k, (actor, index) in enumerate(zip(self.actors, self.index, strict=True)) if index[b] is not None]
+        self.dispatch(b, weights)
+        return self.collect(b, weights, out)
+
+    def dispatch(self, b: int, weights: np.ndarray) -> None:
+        """Start batch ``b``'s parts on the workers from ``weights`` without waiting; ``collect(b, ...)`` gathers
+        them. A trainer sends the next batch this way as soon as it has taken a step, so that what it does before
+        the next step (the loop's averaging) overlaps the workers. A batch dispatched and never collected is
+        dropped at the next dispatch."""
+        self._pending = (b, [(k, actor.objective(b, weights[index[b]]))
+                             for k, (actor, index) in enumerate(zip(self.actors, self.index, strict=True))
+                             if index[b] is not None])
+
+    def collect(self, b: int, weights: np.ndarray, out: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        """Batch ``b``'s negative log-likelihood and gradient from its dispatched parts (dispatched now if ``b`` was
+        not the batch last dispatched), summed worker by worker into ``out`` (a buffer of zeros) when given.
+        ``weights`` must hold the values the parts were sent (a lost worker's part is computed again from them)."""
+        if self._pending is None or self._pending[0] != b:
+            self.dispatch(b, weights)
+        assert self._pending is not None
+        calls, self._pending = self._pending[1], None
         nll, grad = 0.0, np.zeros(self.dim) if out is None else out
-        for k, index, call in calls:
+        for k, call in calls:
             part_nll, part_grad = self._part(k, b, weights, call)
             nll += part_nll
-            grad[index] += part_grad  # a part's indices are distinct
+            grad[self.index[k][b]] += part_grad  # a part's indices are distinct
         return nll, grad
 
     def close(self) -> None:
         """Release the actors and the features they hold."""
+        self._pending = None
         self.actors = []
         for f in self.futures:
             f.release()

@@ -9,9 +9,11 @@ process. ``on_progress(fraction, stage)`` reports the overall progress (0..1) ac
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import os
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -42,7 +44,7 @@ from engine.text.jackknife import jackknife_tag_draws
 from engine.text.tagger import Tagger
 from engine.text.tokenizer import Tokenizer
 from engine.text.treebank_text import raw_text
-from engine.training.cll import TrainConfig, train_cll
+from engine.training.cll import TrainConfig, forget_shared, train_cll
 from engine.training.cluster import connect
 from engine.training.erma import ErmaConfig, train_erma, train_erma_exact
 from engine.training.morphology import MORPHOLOGY_COMPONENTS, train_morphology
@@ -214,12 +216,20 @@ def _train_first_order(data: _Data, options: TrainOptions, labeler: CountLabeler
         return train_cll(extractor, constraint, train, replace(_train_config(options), seed=seed) if order == 1
                          else TrainConfig(epochs=8, batch_size=options.batch_size, learning_rate=0.2,
                                           l2=options.l2, seed=seed),
-                         dev_uas_first if dev else None, progress, on_batch, client, clusters)
+                         dev_uas_first if dev else None, progress, on_batch, client, clusters,
+                         shared=features if client is None else None)
 
     # latent edge clusters (engine.scoring.hidden): the parser's weights become (K, dim); none for a pruner
     clusters = options.hidden_clusters if order == 1 and options.hidden_clusters > 1 else None
 
-    result, runs = train_seeds(run_first, seeds, report.batches(stage), tasks)
+    features = uuid.uuid4().hex  # the seeds' runs in one process (or worker) extract the features once
+    try:
+        result, runs = train_seeds(run_first, seeds, report.batches(stage), tasks)
+    finally:
+        forget_shared(features)
+        if tasks is not None:
+            with contextlib.suppress(Exception):  # a lost cluster has freed them already
+                data.client.run(forget_shared, features)
     first.weights = result.weights
     if result.interrupted and order == 2:
         order = 1  # stopped while training the pruner: save what we have as a first-order model

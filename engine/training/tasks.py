@@ -12,8 +12,10 @@ single-threaded arithmetic), and so is what the driver builds from them (it comb
 ``fn`` is usually a closure over the training data. ``ClusterMap`` serialises it once (Dask's own pickling,
 between Dask's processes only: nothing is persisted that way) and replicates those bytes on every worker
 (``scatter(broadcast=True)``); each task deserialises its own private copy, so tasks sharing a worker share no
-mutable state. A task whose worker dies is rescheduled by Dask on another worker (the replicated input is still
-on the others) and rerun from its start: its result is the same.
+mutable state (but for what a trainer keeps on purpose: the first-order seeds' runs on one worker extract their
+features once, ``engine.training.cll.train_cll``'s ``shared``, freed on every worker when the runs are done).
+A task whose worker dies is rescheduled by Dask on another worker (the replicated input is still on the others)
+and rerun from its start: its result is the same.
 
 Progress: with ``on_batch``, each task calls ``fn(*a, report)`` and ``report(done, total)`` reaches the driver
 as a Dask event (``Worker.log_event``, throttled); the driver sums the tasks' counts (a rerun task's count never

@@ -89,3 +89,36 @@ def test_ctrl_c_keeps_the_best_model_so_far() -> None:
     result = train_cll(fx, TreeConstraint(), SENTS, TrainConfig(epochs=5), dev_score, progress=False)
     assert result.interrupted and result.best_epoch == 1
     np.testing.assert_array_equal(result.weights, calls[0])
+
+
+def test_runs_sharing_a_key_extract_the_features_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``train_cll(..., shared=KEY)`` (the seeds of ``--seeds N`` in one process): the first run extracts the
+    batches' features and the next reuses them, and every run's weights are those it trains alone; a new key
+    replaces the kept features, and ``forget_shared`` frees them."""
+    from engine.training import cll
+
+    extracted: list[int] = []
+    prepare = cll.prepare_batches
+
+    def counting(*args: object, **kwargs: object) -> object:
+        extracted.append(1)
+        return prepare(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cll, "prepare_batches", counting)
+    fx = FeatureExtractor(tuple(default_first_order()), 1 << 16)
+    train = SENTS * 4
+
+    def run(seed: int, shared: str | None) -> np.ndarray:
+        return train_cll(fx, TreeConstraint(), train, TrainConfig(epochs=2, batch_size=1, seed=seed), progress=False,
+                         shared=shared).weights
+
+    together = [run(seed, "seeds") for seed in (0, 1)]
+    assert len(extracted) == 1 and list(cll._SHARED) == ["seeds"]
+    alone = [run(seed, None) for seed in (0, 1)]
+    assert len(extracted) == 3
+    assert all(np.array_equal(a, b) for a, b in zip(together, alone, strict=True))
+    assert not np.array_equal(together[0], together[1])  # the seeds do train differently
+    run(0, "other")
+    assert len(extracted) == 4 and list(cll._SHARED) == ["other"]
+    cll.forget_shared("other")
+    assert not cll._SHARED

@@ -80,8 +80,10 @@ def test_a_piece_renumbers_its_features_into_its_own_index_space() -> None:
         assert np.array_equal(piece.index, np.union1d(features, [0]).astype(np.int32))
         assert piece.index.dtype == piece.local.dtype == np.int32 and piece.local.shape == features.shape
         assert np.array_equal(piece.index[piece.local], features)
+        assert not marks.any()  # left clean for the next piece
     with pytest.raises(IndexError):
         Piece(np.array([[1, dim]], dtype=np.int32), np.zeros((1, 2)), marks, positions)
+    assert not marks.any()
 
 
 @pytest.mark.slow
@@ -135,6 +137,39 @@ def test_two_epochs_on_two_workers_follow_single_process_training(client: Any, e
     assert touched > 1_000_000
     assert np.count_nonzero(diff > 1e-3) < 1e-4 * touched
     assert diff.max() < 0.05
+
+
+def test_batches_sent_ahead_give_the_weights_of_waiting_for_each(client: Any, ewt_dir: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``train_cll`` sends each epoch's next batch to the workers as soon as a step is taken (the loop's averaging
+    then runs while they compute): every batch but each epoch's first is collected from what was sent ahead, and
+    the weights are bit for bit those of sending each batch only when it is needed. (Sending the weights from
+    before the step, or another batch, changes them.)"""
+    from engine.training.cluster import ShardedCLL
+
+    train = _ewt(ewt_dir, 80)
+    fx = FeatureExtractor(tuple(default_first_order()), 1 << 18)
+    constraint = TreeConstraint("nonprojective", "single")
+    config = TrainConfig(epochs=2)
+    collect = ShardedCLL.collect
+    ahead: list[bool] = []
+
+    def counting(self: ShardedCLL, b: int, weights: np.ndarray, out: np.ndarray | None = None) -> Any:
+        ahead.append(self._pending is not None and self._pending[0] == b)
+        return collect(self, b, weights, out)
+
+    monkeypatch.setattr(ShardedCLL, "collect", counting)
+    sent_ahead = train_cll(fx, constraint, train, config, progress=False, client=client)
+    assert len(ahead) > 10 and sum(ahead) == len(ahead) - config.epochs
+
+    def waiting(self: ShardedCLL, b: int, weights: np.ndarray, out: np.ndarray | None = None) -> Any:
+        self._pending = None  # what was sent ahead is dropped: the batch is sent now, from the weights as they are
+        return collect(self, b, weights, out)
+
+    monkeypatch.setattr(ShardedCLL, "collect", waiting)
+    waited = train_cll(fx, constraint, train, config, progress=False, client=client)
+    assert np.array_equal(sent_ahead.weights, waited.weights)
+    assert [h["nll"] for h in sent_ahead.history] == [h["nll"] for h in waited.history]
 
 
 @pytest.mark.slow

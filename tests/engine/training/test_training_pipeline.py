@@ -123,7 +123,8 @@ def test_on_batch_counts_batches_over_all_epochs(toy: Path) -> None:
 
 @pytest.mark.parametrize("order", [1, 2])
 @pytest.mark.slow
-def test_seeds_average_the_weights_of_runs_with_consecutive_seeds(tmp_path: Path, ewt_dir: Path, order: int) -> None:
+def test_seeds_average_the_weights_of_runs_with_consecutive_seeds(tmp_path: Path, ewt_dir: Path, order: int,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """``seeds=2`` gives the mean of the weights of the runs with seeds 3 and 4 (for order 2 on one pruner,
     every run starting from it), records each run, and reports progress across both runs."""
     import numpy as np
@@ -146,8 +147,16 @@ def test_seeds_average_the_weights_of_runs_with_consecutive_seeds(tmp_path: Path
         weights.append(Pipeline.load(tmp_path / f"s{seed}").parser.weights)
     assert not np.array_equal(weights[0], weights[1])  # the seeds do train differently
     calls: list[tuple[float, str]] = []
+    from engine.training import cll
+
+    extracted: list[int] = []
+    prepare = cll.prepare_batches
+    monkeypatch.setattr(cll, "prepare_batches", lambda *a, **k: extracted.append(1) or prepare(*a, **k))
     summary = train_model(toy, toy, tmp_path / "both", TrainOptions(**base, seed=3, seeds=2), pruner_path=pruner,
                           progress=False, on_progress=lambda f, s: calls.append((f, s)))
+    # first order: the two runs share one extraction of the features, freed after them (order 2's runs build
+    # their graphs per batch; the pruner was given)
+    assert extracted == ([1] if order == 1 else []) and not cll._SHARED
     assert [r["seed"] for r in summary["runs"]] == [3, 4] and all(0 < r["dev"] <= 100 for r in summary["runs"])
     both = Pipeline.load(tmp_path / "both").parser.weights
     np.testing.assert_allclose(both, (weights[0] + weights[1]) / 2, rtol=1e-6, atol=1e-7)  # stored as float32
