@@ -31,6 +31,8 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +48,14 @@ from engine.optim.adagrad import AdaGrad  # noqa: E402
 from engine.training.cll import TrainingBatch, cll_objective, prepare_batches, usable_trees  # noqa: E402
 
 TRAIN = ROOT.parent / "shared" / "data" / "ud" / "en_ewt" / "en_ewt-ud-train.conllu"
+
+
+@contextmanager
+def timed(into: list[float]) -> Iterator[None]:
+    """Append the seconds the ``with`` block took to ``into``."""
+    start = time.perf_counter()
+    yield
+    into.append(time.perf_counter() - start)
 
 
 def mean_ms(samples: list[float]) -> float:
@@ -80,12 +90,10 @@ def parallel_passes(dim: int, workers: int, repeat: int = 30) -> dict[str, float
     add(sums, w)
     times: dict[str, list[float]] = {"step": [], "averaging": []}
     for _ in range(repeat):
-        t = time.perf_counter()
-        step(w, rows, g2, 0.1, 1e-8, 1e-4)
-        times["step"].append(time.perf_counter() - t)
-        t = time.perf_counter()
-        add(sums, w)
-        times["averaging"].append(time.perf_counter() - t)
+        with timed(times["step"]):
+            step(w, rows, g2, 0.1, 1e-8, 1e-4)
+        with timed(times["averaging"]):
+            add(sums, w)
     return {f"parallel_{k}_ms": mean_ms(v) for k, v in times.items()}
 
 
@@ -103,24 +111,19 @@ def cluster_parts(spec: str, extractor: FeatureExtractor, constraint: TreeConstr
         sizes: list[int] = []
         try:
             for b in range(len(sharded.sizes)):
-                t = time.perf_counter()
-                pieces = [(actor, index[b]) for actor, index in zip(sharded.actors, sharded.index, strict=True)]
-                calls = [(part, actor.objective(b, w[part])) for actor, part in pieces if part is not None]
-                parts["send"].append(time.perf_counter() - t)
-                t = time.perf_counter()
-                results = [(index, call.result()) for index, call in calls]
-                parts["wait"].append(time.perf_counter() - t)
-                t = time.perf_counter()
-                for index, (_, part_grad) in results:
-                    buffer[index] += part_grad
-                    sizes.append(len(index))
-                parts["add_parts"].append(time.perf_counter() - t)
-                t = time.perf_counter()
-                opt.step(w, buffer, 1e-4, clear=True)
-                parts["step"].append(time.perf_counter() - t)
-                t = time.perf_counter()
-                sums += w
-                parts["averaging"].append(time.perf_counter() - t)
+                with timed(parts["send"]):
+                    pieces = [(actor, index[b]) for actor, index in zip(sharded.actors, sharded.index, strict=True)]
+                    calls = [(part, actor.objective(b, w[part])) for actor, part in pieces if part is not None]
+                with timed(parts["wait"]):
+                    results = [(index, call.result()) for index, call in calls]
+                with timed(parts["add_parts"]):
+                    for index, (_, part_grad) in results:
+                        buffer[index] += part_grad
+                        sizes.append(len(index))
+                with timed(parts["step"]):
+                    opt.step(w, buffer, 1e-4, clear=True)
+                with timed(parts["averaging"]):
+                    sums += w
         finally:
             sharded.close()
     out: dict[str, object] = {f"cluster_{k}_ms": mean_ms(v) for k, v in parts.items()}
@@ -148,19 +151,15 @@ def main() -> None:
     buffer, sums, opt = np.zeros(args.dim), np.zeros(args.dim), AdaGrad(args.dim, 0.1)
     parts: dict[str, list[float]] = {"objective": [], "part_objective": [], "step": [], "averaging": []}
     for batch in batches:
-        t = time.perf_counter()
-        _, grad = cll_objective(w, batch, constraint, out=buffer)
-        parts["objective"].append(time.perf_counter() - t)
-        t = time.perf_counter()
-        opt.step(w, grad, 1e-4, clear=True)
-        parts["step"].append(time.perf_counter() - t)
-        t = time.perf_counter()
-        sums += w
-        parts["averaging"].append(time.perf_counter() - t)
+        with timed(parts["objective"]):
+            _, grad = cll_objective(w, batch, constraint, out=buffer)
+        with timed(parts["step"]):
+            opt.step(w, grad, 1e-4, clear=True)
+        with timed(parts["averaging"]):
+            sums += w
         share = -(-len(batch.gold) // args.workers)  # the largest worker's part of the batch
-        t = time.perf_counter()
-        cll_objective(w, TrainingBatch(batch.features[:share], batch.gold[:share]), constraint, out=buffer)
-        parts["part_objective"].append(time.perf_counter() - t)
+        with timed(parts["part_objective"]):
+            cll_objective(w, TrainingBatch(batch.features[:share], batch.gold[:share]), constraint, out=buffer)
         buffer[:] = 0.0
     out: dict[str, object] = {f"{k}_ms": mean_ms(v) for k, v in parts.items()}
     whole = sum(statistics.fmean(parts[k]) for k in ("objective", "step", "averaging"))
