@@ -211,14 +211,13 @@ def train_cll(
     loop = EpochLoop([w], total_batches=config.epochs * len(sizes), total_epochs=config.epochs,
                      average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
 
-    order: list[int] = []  # this epoch's batches, and how many have been stepped through
+    order: list[int] = []  # this epoch's batches
+    done = [0]  # how many of them have been stepped through
 
     def epoch_order() -> list[int]:
         order[:] = [int(b) for b in rng.permutation(len(sizes))]
         done[0] = 0
         return order
-
-    done = [0]
 
     def step(b: int) -> float:
         nll, grad = objective(w, b)

@@ -209,6 +209,8 @@ def _train_first_order(data: _Data, options: TrainOptions, labeler: CountLabeler
     client = data.client if cll and tasks is None else None
     progress = progress and tasks is None
 
+    features = uuid.uuid4().hex  # the seeds' runs in one process (or worker) extract the features once
+
     def run_first(seed: int, on_batch: Callable[[int, int], None]) -> Any:
         if not cll:  # loss-aware training with exact inference (§4)
             return train_erma_exact(extractor, constraint, train, replace(erma_config(options), seed=seed),
@@ -222,7 +224,6 @@ def _train_first_order(data: _Data, options: TrainOptions, labeler: CountLabeler
     # latent edge clusters (engine.scoring.hidden): the parser's weights become (K, dim); none for a pruner
     clusters = options.hidden_clusters if order == 1 and options.hidden_clusters > 1 else None
 
-    features = uuid.uuid4().hex  # the seeds' runs in one process (or worker) extract the features once
     try:
         result, runs = train_seeds(run_first, seeds, report.batches(stage), tasks)
     finally:
