@@ -140,6 +140,19 @@ def forget_shared(key: str) -> None:
     _SHARED.pop(key, None)
 
 
+def shared_batches(extractor: FeatureExtractor, sentences: Sequence[Any], batch_size: int, progress: bool,
+                   shared: str | None) -> list[TrainingBatch]:
+    """``prepare_batches``, or with ``shared`` the batches kept under that key in this process (kept there when
+    they were not: the key replaces any other)."""
+    batches = _SHARED.get(shared) if shared is not None else None
+    if batches is None:
+        batches = prepare_batches(extractor, sentences, batch_size, progress)
+        if shared is not None:
+            _SHARED.clear()
+            _SHARED[shared] = batches
+    return batches
+
+
 def train_cll(
     extractor: FeatureExtractor,
     constraint: TreeConstraint,
@@ -166,14 +179,8 @@ def train_cll(
     from ``initial_cluster_weights(K, dim, config.seed)`` (noise for K > 1, zeros for K = 1, which trains
     today's weights bit for bit in a (1, dim) array). Not with ``client``.
 
-    ``shared``: a key naming ``train``, ``extractor``, ``constraint`` and ``config.batch_size`` together (the caller
-    makes a new one for each set of runs on them): the batches' features are extracted by the first call with the
-    key in this process and reused by the next (the same features, so the same results); the caller frees them
-    with ``forget_shared``. Without ``client`` only.
-
-    With ``client`` each epoch's next batch is sent to the workers as soon as a step is taken
-    (``ShardedCLL.dispatch``), so that the loop's averaging overlaps their work; the weights are those of sending
-    each batch when it is needed (tested).
+    ``shared``: a key the caller makes for runs on the same data and settings (``--seeds N``): the first call with
+    it extracts the features, the next reuse them (``shared_batches``; freed by ``forget_shared``).
     """
     if clusters is not None and client is not None:
         raise ValueError("latent edge clusters are not trained on a cluster of workers")
@@ -183,12 +190,7 @@ def train_cll(
     sharded = None
     buffer = np.zeros(extractor.dim)  # every batch's gradient, cleared by the step that reads it
     if client is None:
-        batches = _SHARED.get(shared) if shared is not None else None
-        if batches is None:
-            batches = prepare_batches(extractor, kept, config.batch_size, progress)
-            if shared is not None:
-                _SHARED.clear()
-                _SHARED[shared] = batches
+        batches = shared_batches(extractor, kept, config.batch_size, progress, shared)
         sizes = [len(batch.gold) for batch in batches]
 
         def objective(weights: np.ndarray, b: int) -> tuple[float, np.ndarray]:
@@ -200,10 +202,6 @@ def train_cll(
 
         sharded = ShardedCLL(client, extractor, constraint, kept, config.batch_size)
         sizes = sharded.sizes
-
-        def objective(weights: np.ndarray, b: int) -> tuple[float, np.ndarray]:
-            assert sharded is not None
-            return sharded.collect(b, weights, out=buffer)
     n_sent = len(keep)
     rng = np.random.default_rng(config.seed)
     w = np.zeros(extractor.dim) if clusters is None else initial_cluster_weights(clusters, extractor.dim, config.seed)
@@ -211,25 +209,21 @@ def train_cll(
     loop = EpochLoop([w], total_batches=config.epochs * len(sizes), total_epochs=config.epochs,
                      average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
 
-    order: list[int] = []  # this epoch's batches
-    done = [0]  # how many of them have been stepped through
-
     def epoch_order() -> list[int]:
-        order[:] = [int(b) for b in rng.permutation(len(sizes))]
-        done[0] = 0
+        order = [int(b) for b in rng.permutation(len(sizes))]
+        if sharded is not None:
+            sharded.follow(order)
         return order
 
     def step(b: int) -> float:
-        nll, grad = objective(w, b)
+        nll, grad = objective(w, b) if sharded is None else sharded.collect(b, w, out=buffer)
         opt.step(w, grad, config.l2 * (sizes[b] / n_sent), clear=True)  # the gradient buffer, zeroed for the next
-        done[0] += 1
-        if sharded is not None and done[0] < len(order) and order[done[0] - 1] == b:
-            sharded.dispatch(order[done[0]], w)  # the next batch, while the loop averages
+        if sharded is not None:
+            sharded.stepped(b, w)  # the next batch goes to the workers while the loop averages
         return nll
 
     try:
-        loop.run(config.epochs, epoch_order, step, dev_or_loss(dev_score, "nll"), loss_key="nll",
-                 per=max(n_sent, 1))
+        loop.run(config.epochs, epoch_order, step, dev_or_loss(dev_score, "nll"), loss_key="nll", per=max(n_sent, 1))
     finally:
         if sharded is not None:
             sharded.close()

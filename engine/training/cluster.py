@@ -266,6 +266,8 @@ class ShardedCLL:
         self.index: list[list[np.ndarray | None]] = [[] for _ in range(n)]
         self.rebuilds = 0
         self._pending: tuple[int, list[tuple[int, Any]]] | None = None  # (batch, its parts' calls) dispatched
+        self._order: list[int] = []  # this epoch's batches (``follow``), and how many were stepped through
+        self._done = 0
         for k, worker in enumerate(workers):  # all shards set up at once, then each waited for
             with contextlib.suppress(Exception):  # its worker went away meanwhile: set up elsewhere below
                 self.futures[k] = self._start(k, worker)
@@ -349,6 +351,18 @@ class ShardedCLL:
         ``out``, a buffer of zeros, when given, as ``cll_objective``)."""
         self.dispatch(b, weights)
         return self.collect(b, weights, out)
+
+    def follow(self, order: Sequence[int]) -> None:
+        """The batches of the epoch about to start, in their order (``stepped`` sends each one's successor)."""
+        self._order, self._done = list(order), 0
+
+    def stepped(self, b: int, weights: np.ndarray) -> None:
+        """After the step of batch ``b`` (the next of ``follow``'s order): send the batch after it from ``weights``,
+        so that the trainer's work before its next step (the loop's averaging) overlaps the workers; the weights
+        are those of sending each batch when it is needed (tested)."""
+        self._done += 1
+        if self._done < len(self._order) and self._order[self._done - 1] == b:
+            self.dispatch(self._order[self._done], weights)
 
     def dispatch(self, b: int, weights: np.ndarray) -> None:
         """Start batch ``b``'s parts on the workers from ``weights`` without waiting; ``collect(b, ...)`` gathers
