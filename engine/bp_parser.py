@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine.data.batching import length_batches
-from engine.decode.joint_tags import decode_tags
+from engine.decode.joint_tags import fixed_tags, set_tags
 from engine.decode.labeler import label_arcs, label_many
 from engine.decode.tag_marginal import retagged
 from engine.features.extract import FeatureExtractor, Tokens
@@ -38,11 +38,14 @@ from engine.model.widen import Widened, kernel_array, loaded
 from engine.parser import FirstOrderParser, hidden_clusters, load_common, model_manifest
 from engine.results import UNLABELLED, ParsedSentence, TreeDistribution
 from engine.scoring.fused import ArcScorer, narrowest_exact, stored_table
-from engine.scoring.hidden import cluster_blocks, cluster_scores, flat_cluster_weights, marginalise_clusters
+from engine.scoring.hidden import cluster_blocks, flat_cluster_weights, marginalise_clusters
+from engine.scoring.kept_features import arc_features, kept_link_scores, kept_listed_scores
 from engine.scoring.link_labels import LinkLabels, arc_roles
 from engine.scoring.potentials import arc_scores
 from engine.scoring.pruning import PruneConfig, prune_arcs
 from engine.text.tag_candidates import TagCandidates, first_candidates_are
+
+Pruned = tuple[np.ndarray, np.ndarray]  # a sentence's pruner MBR heads (n+1,) and kept arcs (n+1, n+1) bool
 
 
 @dataclass
@@ -105,6 +108,8 @@ class BPParser:
         pruner."""
         pruner = kernel_array(self, "pruner")
         weights = kernel_array(self, "weights")
+        if weights.flags.writeable and pruner is not None and pruner.dtype != np.float64:
+            pruner = self.pruner  # trained weights beside a stored pruner: widen it once, not in every scorer
         first = [weights]
         if self.clusters is not None:
             if self._blocks is None or self._blocks[0] is not weights:
@@ -189,15 +194,33 @@ class BPParser:
         np.add.at(out, (arcs[:, 3], arcs[:, 1], arcs[:, 2]), np.array(weight)[arcs[:, 0]] * (theirs - own))
         return out
 
-    def graphs(self, sentences: Sequence[Any], *, gold: bool = False,
-               batch_size: int = 64) -> Iterator[tuple[int, SentenceGraph, np.ndarray]]:
+    def graphs(self, sentences: Sequence[Any], *, gold: bool = False, batch_size: int = 64,
+               kept: Sequence[Pruned] | None = None) -> Iterator[tuple[int, SentenceGraph, np.ndarray]]:
         """(index, factor graph, pruner MBR heads) per sentence; ``gold`` keeps the gold arcs."""
-        for batch in self.graph_batches(sentences, gold=gold, batch_size=batch_size):
+        for batch in self.graph_batches(sentences, gold=gold, batch_size=batch_size, kept=kept):
             yield from batch
+
+    def gold_pruned(self, sentences: Sequence[Any], *, batch_size: int = 64, link_features: bool = True,
+                    ) -> list[Pruned]:
+        """Per sentence, what ``graph_batches(sentences, gold=True, batch_size=batch_size, link_features=...)``
+        prunes: the pruner's MBR heads and the arcs kept (the gold arcs among them). The pruner does not change
+        while the weights train, so a trainer finds them once and passes them back as ``kept``."""
+        out: list[Pruned] = [(np.empty(0), np.empty(0))] * len(sentences)
+        for idx in length_batches([len(s.forms) for s in sentences], batch_size):
+            chosen = [sentences[i] for i in idx]
+            if self.pruner is None:
+                scores = None
+            elif link_features:  # scored as graph_batches scores the links it keeps features of
+                scores = arc_scores(self.pruner, arc_features(self.extractor, chosen))
+            else:
+                scores = ArcScorer(self.extractor, self._vectors()[-1:])(chosen)[0]
+            for i, pair in zip(idx, self._pruned(chosen, scores, len(chosen[0].forms) + 1, True), strict=True):
+                out[i] = pair
+        return out
 
     def graph_batches(self, sentences: Sequence[Any], *, gold: bool = False, batch_size: int = 64,
                       mixtures: Sequence[TagMixture | None] | None = None, link_features: bool = True,
-                      ) -> Iterator[list[tuple[int, SentenceGraph, np.ndarray]]]:
+                      kept: Sequence[Pruned] | None = None) -> Iterator[list[tuple[int, SentenceGraph, np.ndarray]]]:
         """``graphs`` in batches of sentences of one length (features are extracted per batch, and BP
         runs a batch's graphs stacked: ``engine.inference.relaxed.infer_many``). With ``gold`` (training)
         each graph keeps its first-order feature indices (``link_features``); without, the potentials come
@@ -206,26 +229,26 @@ class BPParser:
         potentials; the pruner reads the sentence's own tags (on EWT dev averaging its scores too changed
         UAS by 0.004 and LAS by 0, at the cost of scoring every arc of every copy). ``link_features=False``
         with ``gold``: the graphs keep the gold arcs but not their first-order features (a trainer that
-        scores the arcs itself, ``engine.training.joint``)."""
+        scores the arcs itself, ``engine.training.joint``). With ``gold`` and link features, a graph's
+        ``link_features`` are its kept arcs' rows only (``engine.scoring.kept_features``); ``kept[i]``, when
+        given with ``gold``, is sentence ``i``'s ``gold_pruned`` entry: the pruner is not run again, and only the
+        kept arcs are scored."""
         if gold and mixtures is not None:
             raise ValueError("tag mixtures are for inference; training graphs keep the gold tags")
         for idx in length_batches([len(s.forms) for s in sentences], batch_size):
             chosen = [sentences[i] for i in idx]
             feats = posterior = None
-            if gold and link_features:
-                feats = self.extractor.extract(chosen)
-                if self.clusters is None:
-                    scores = [arc_scores(self.weights, feats)]
-                else:  # the marginalised scores and p(z | edge), which the surrogate gradient reads
-                    blocks = cluster_blocks(self.weights, self.clusters, self.extractor.dim)
-                    marginal, posterior = marginalise_clusters(cluster_scores(blocks, feats))
-                    scores = [marginal]
-                if self.pruner is not None:
-                    scores.append(arc_scores(self.pruner, feats))
+            if gold and link_features:  # the kept arcs' features and potentials, which training reads
+                pruned = [kept[i] for i in idx] if kept is not None else self.gold_pruned(chosen, batch_size=len(idx))
+                link, feats, posterior = kept_link_scores(self.extractor, self.weights, self.clusters, chosen,
+                                                          [valid for _, valid in pruned])
+            elif gold and kept is not None and self.clusters is None:  # the kept links' potentials alone
+                pruned = [kept[i] for i in idx]
+                link = kept_listed_scores(self.arc_scorer(), chosen, [valid for _, valid in pruned])
             else:
                 scores = self.link_and_prune_scores(chosen)
-            link = scores[0]
-            pruned = self._pruned(chosen, scores[1] if len(scores) > 1 else None, link.shape[-1], gold)
+                link = scores[0]
+                pruned = self._pruned(chosen, scores[1] if len(scores) > 1 else None, link.shape[-1], gold)
             mix = None if mixtures is None else [mixtures[i] for i in idx]
             if mix is not None:
                 link = self.mixed_link_scores(chosen, mix, link, [valid for _, valid in pruned])
@@ -245,7 +268,7 @@ class BPParser:
                 if feats is not None:
                     graph.link_features = feats[j]
                     if posterior is not None:
-                        graph.link_posterior = posterior[:, j]
+                        graph.link_posterior = posterior[j]
                 batch.append((i, graph, keep))
             yield batch
 
@@ -314,7 +337,7 @@ class BPParser:
                 out[batch[k][0]] = parsed = self.decode(sentences[batch[k][0]], batch[k][1], result, labels=False)
                 fixed = cands[k]
                 if fixed is not None:
-                    _fixed_tags(parsed, fixed)
+                    fixed_tags(parsed, fixed)
             if joint:
                 assert candidates is not None
                 together = self.parse_joint_many([sentences[batch[k][0]] for k in joint], [batch[k][1] for k in joint],
@@ -359,7 +382,7 @@ class BPParser:
         for sentence, graph, cands, result in zip(sentences, graphs, candidates, run_joint_bp_many(joint, config),
                                                   strict=True):
             parsed = self.decode(sentence, graph, result.links, labels=False)
-            _set_tags(parsed, result.tags, cands)
+            set_tags(parsed, result.tags, cands)
             assert parsed.diagnostics is not None
             parsed.diagnostics.update(method="bp-joint", tag_candidates=int(cands.allowed.sum()))
             out.append(parsed)
@@ -454,21 +477,6 @@ class BPParser:
         if table is not None:  # the kernel's table straight from the stored arrays
             parser._scorer = ArcScorer(extractor, vectors, table)
         return parser
-
-
-def _fixed_tags(parsed: ParsedSentence, candidates: TagCandidates) -> None:
-    """The tags of a joint parse whose words have one candidate each: those, with belief 1 (``parse_joint``
-    gives the same: BP over single-slot tag variables is BP over LINK, ``engine.inference.joint_bp``)."""
-    _set_tags(parsed, np.ones((len(candidates.upos) + 1, 1)), candidates)
-    assert parsed.diagnostics is not None
-    parsed.diagnostics.update(method="bp-joint", tag_candidates=len(candidates.upos))
-
-
-def _set_tags(parsed: ParsedSentence, beliefs: np.ndarray, candidates: TagCandidates) -> None:
-    """The MBR tags of the tag ``beliefs`` (``decode_tags``) into ``parsed``: ``upos``, ``xpos``, ``upos_probs``
-    and each word's UPOS distribution as ``diagnostics["upos_marginals"]`` = (the labels, (n, U) matrix)."""
-    parsed.upos, parsed.xpos, parsed.upos_probs, dist = decode_tags(beliefs, candidates)
-    parsed.diagnostics = {**(parsed.diagnostics or {}), "upos_marginals": (candidates.upos_labels, dist)}
 
 
 def load_any(directory: str | os.PathLike[str], stored: StoredModel | None = None) -> FirstOrderParser | BPParser:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.results import ParsedSentence
 from engine.text.tag_candidates import TagCandidates
 
 
@@ -50,3 +51,18 @@ def write_chosen_tags(sentences: Sequence[Any], parsed: Sequence[Any]) -> None:
     for sentence, p in zip(sentences, parsed, strict=True):
         if p.upos is not None:
             sentence.upos, sentence.xpos = list(p.upos), list(p.xpos or [])
+
+
+def fixed_tags(parsed: ParsedSentence, candidates: TagCandidates) -> None:
+    """The tags of a joint parse whose words have one candidate each: those, with belief 1 (``BPParser.parse_joint``
+    gives the same: BP over single-slot tag variables is BP over LINK, ``engine.inference.joint_bp``)."""
+    set_tags(parsed, np.ones((len(candidates.upos) + 1, 1)), candidates)
+    assert parsed.diagnostics is not None
+    parsed.diagnostics.update(method="bp-joint", tag_candidates=len(candidates.upos))
+
+
+def set_tags(parsed: ParsedSentence, beliefs: np.ndarray, candidates: TagCandidates) -> None:
+    """The MBR tags of the tag ``beliefs`` (``decode_tags``) into ``parsed``: ``upos``, ``xpos``, ``upos_probs``
+    and each word's UPOS distribution as ``diagnostics["upos_marginals"]`` = (the labels, (n, U) matrix)."""
+    parsed.upos, parsed.xpos, parsed.upos_probs, dist = decode_tags(beliefs, candidates)
+    parsed.diagnostics = {**(parsed.diagnostics or {}), "upos_marginals": (candidates.upos_labels, dist)}

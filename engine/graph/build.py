@@ -58,8 +58,8 @@ class SentenceGraph:
     families: list[FactorFamily]
     link: Link
     soft: dict[str, SoftTerms] = field(default_factory=dict)
-    link_features: np.ndarray | None = None  # (n+1, n+1, K) first-order feature indices
-    link_posterior: np.ndarray | None = None  # (Z, n+1, n+1) p(z | edge) of a model with latent edge clusters
+    link_features: np.ndarray | None = None  # (A, K) first-order feature indices of the kept arcs (np.nonzero(valid))
+    link_posterior: np.ndarray | None = None  # (Z, A) p(z | edge) of those arcs, a model with latent edge clusters
     roles: ArcRoles | None = None  # label-aware LINK factors: each kept arc's roles (engine.scoring.link_labels)
 
 

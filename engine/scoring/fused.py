@@ -252,6 +252,29 @@ def _weight_tables(weights: Sequence[np.ndarray], dim: int) -> list[np.ndarray]:
     return [table.view(np.uint16) if table.dtype == np.float16 else table]
 
 
+def word_codes(attrs: Sequence[str], sentences: Sequence[Tokens]) -> tuple[np.ndarray, np.ndarray]:
+    """Per word of a batch of one length: the hash code of each attribute of ``attrs`` (B, n+1, A) and the UPOS
+    index (B, n+1), -1 for none. Sentences that share their list of forms (copies of one sentence under other
+    tags) hash the attributes of the forms once."""
+    b, n1 = len(sentences), len(sentences[0].forms) + 1
+    codes = np.empty((b, n1, len(attrs)), dtype=np.uint64)
+    tagged = [j for j, a in enumerate(attrs) if a.split("_")[0] in ("upos", "xpos")]
+    worded = [j for j in range(len(attrs)) if j not in tagged]
+    distinct: dict[int, Tokens] = {}  # one sentence per distinct list of forms (copies share their sentence's)
+    for s in sentences:
+        distinct.setdefault(id(s.forms), s)
+    if worded:
+        words = attribute_hashes_many(list(distinct.values()), [attrs[j] for j in worded])
+        position = {key: i for i, key in enumerate(distinct)}
+        codes[:, :, worded] = words[[position[id(s.forms)] for s in sentences]]
+    if tagged:
+        codes[:, :, tagged] = attribute_hashes_many(sentences, [attrs[j] for j in tagged])
+    tag_index = {t: i for i, t in enumerate(UPOS_TAGS)}
+    tags = np.full((b, n1), -1, dtype=np.int64)
+    tags[:, 1:] = [[tag_index.get(t, -1) for t in s.upos] for s in sentences]
+    return codes, tags
+
+
 class ArcScorer:
     """Arc potentials of one or more weight vectors over one extractor's features (``fused_arc_scores``).
     Build it once per model: a read-only model's weights are laid out for the kernel here."""
@@ -278,26 +301,8 @@ class ArcScorer:
             a is b and not a.flags.writeable for a, b in zip(weights, self.sources, strict=True))
 
     def codes(self, sentences: Sequence[Tokens]) -> tuple[np.ndarray, np.ndarray]:
-        """Per word: the hash code of each attribute (B, n+1, A) and the UPOS index (B, n+1), -1 for none.
-        Sentences that share their list of forms (copies of one sentence under other tags) hash the
-        attributes of the forms once."""
-        b, n1 = len(sentences), len(sentences[0].forms) + 1
-        codes = np.empty((b, n1, len(self.attrs)), dtype=np.uint64)
-        tagged = [j for j, a in enumerate(self.attrs) if a.split("_")[0] in ("upos", "xpos")]
-        worded = [j for j in range(len(self.attrs)) if j not in tagged]
-        distinct: dict[int, Tokens] = {}  # one sentence per distinct list of forms (copies share their sentence's)
-        for s in sentences:
-            distinct.setdefault(id(s.forms), s)
-        if worded:
-            words = attribute_hashes_many(list(distinct.values()), [self.attrs[j] for j in worded])
-            position = {key: i for i, key in enumerate(distinct)}
-            codes[:, :, worded] = words[[position[id(s.forms)] for s in sentences]]
-        if tagged:
-            codes[:, :, tagged] = attribute_hashes_many(sentences, [self.attrs[j] for j in tagged])
-        tag_index = {t: i for i, t in enumerate(UPOS_TAGS)}
-        tags = np.full((b, n1), -1, dtype=np.int64)
-        tags[:, 1:] = [[tag_index.get(t, -1) for t in s.upos] for s in sentences]
-        return codes, tags
+        """``word_codes`` of this scorer's attributes."""
+        return word_codes(self.attrs, sentences)
 
     def _words(self, sentences: Sequence[Tokens], ref: np.ndarray) -> tuple[np.ndarray, ...]:
         """Per word of a batch of one length: its UPOS index, the head and dependent hash halves of every
@@ -324,6 +329,21 @@ class ArcScorer:
             out.extend(part)
         return out
 
+
+    def listed_scores(self, sentences: Sequence[Tokens], arcs: np.ndarray) -> np.ndarray:
+        """``self(sentences)[0]`` at the arcs ``arcs`` (J, 3) = (sentence, h, m) only (``h != m``, ``m > 0``), bit
+        for bit: the same kernel arithmetic, O(J) arcs hashed instead of every arc."""
+        n = len(sentences[0].forms)
+        if any(len(s.forms) != n for s in sentences):
+            raise ValueError("ArcScorer takes a batch of sentences of one length")
+        ref = np.arange(len(sentences))  # no copies: every listed arc is computed
+        tags, heads, deps, diff = self._words(sentences, ref)
+        dir_codes, dist_codes = _context_codes(n)
+        out = np.empty(len(arcs))
+        _listed_kernel(heads, deps, self.contexts, self.between, dir_codes, dist_codes, tags, self.tag_codes,
+                       np.uint64(self.extractor.dim - 1), self.tables[0], HALF_VALUES, ref, diff,
+                       np.ascontiguousarray(arcs, dtype=np.int64), np.zeros(len(arcs)), out)
+        return out
 
     def copy_scores(self, sentences: Sequence[Tokens], copies: Sequence[Tokens], owner: np.ndarray,
                     arcs: np.ndarray, own_scores: np.ndarray) -> np.ndarray:

@@ -34,6 +34,7 @@ from engine.scoring.hidden import (
     marginalise_clusters,
     scatter_cluster_gradient,
 )
+from engine.scoring.kept_features import arc_features
 from engine.scoring.potentials import arc_scores, scatter_gradient
 from engine.training.loop import EpochLoop, dev_or_loss
 from engine.training.optim import AdaGrad, OptimSettings
@@ -125,7 +126,7 @@ def prepare_batches(
     out = []
     for idx in tqdm(groups, desc="features", unit="batch", disable=not progress):
         chosen = [sentences[i] for i in idx]
-        out.append(TrainingBatch(extractor.extract(chosen), np.stack([s.heads for s in chosen])))
+        out.append(TrainingBatch(arc_features(extractor, chosen), np.stack([s.heads for s in chosen])))
     return out
 
 

@@ -43,6 +43,7 @@ from numba import njit  # type: ignore[import-untyped]
 from engine.data.batching import length_batches
 from engine.features.extract import FeatureExtractor
 from engine.kernels.exact import TreeConstraint
+from engine.scoring.kept_features import arc_features
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +208,7 @@ class Shard:
         self.pieces: list[Piece | None] = []
         for part in parts:
             chosen = [sentences[i] for i in part]
-            self.pieces.append(Piece(extractor.extract(chosen), np.stack([s.heads for s in chosen]), marks,
+            self.pieces.append(Piece(arc_features(extractor, chosen), np.stack([s.heads for s in chosen]), marks,
                                      positions) if chosen else None)
 
     def indices(self) -> list[np.ndarray | None]:

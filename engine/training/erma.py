@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.bp_parser import Pruned
 from engine.data.batching import length_batches
 from engine.graph.build import SentenceGraph
 from engine.graph.tree import Tree
@@ -143,7 +144,7 @@ def bp_gradient_terms(graph: SentenceGraph, gold_heads: np.ndarray, bp: BPConfig
     g_link = (0.0 if g_theta is None else g_theta) + direct
     valid = graph.valid
     idx, val = soft_theta_terms(graph, graph.families, thetas)
-    return value, [feats[valid].reshape(-1), *idx], [np.repeat(np.broadcast_to(g_link, valid.shape)[valid],
+    return value, [feats.reshape(-1), *idx], [np.repeat(np.broadcast_to(g_link, valid.shape)[valid],
                                                                feats.shape[-1]), *val]
 
 
@@ -226,11 +227,15 @@ def train_erma(parser: Any, train: Sequence[Any], config: ErmaConfig, bp: BPConf
     sents = [train[i] for i in keep]
     groups = length_batches([len(s.forms) for s in sents], config.batch_size)
 
+    kept: dict[int, list[Pruned]] = {}  # each batch's pruned arcs, found at its first step (the pruner is fixed)
+
     def batch_gradient(w: np.ndarray, g: int, objective: str, temperature: float | None) -> tuple[float, np.ndarray]:
         parser.weights = w
         batch = [sents[i] for i in groups[g]]
+        if g not in kept:
+            kept[g] = parser.gold_pruned(batch, batch_size=len(batch))
         idx, val, total = [], [], 0.0
-        for i, graph, _ in parser.graphs(batch, gold=True, batch_size=len(batch)):
+        for i, graph, _ in parser.graphs(batch, gold=True, batch_size=len(batch), kept=kept[g]):
             loss, ii, vv = bp_gradient_terms(graph, batch[i].heads, bp, objective, temperature)
             total += loss
             idx += ii

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.bp_parser import BPParser
+from engine.bp_parser import BPParser, Pruned
 from engine.data.batching import length_batches
 from engine.graph.build import SentenceGraph
 from engine.inference.bp import BPConfig
@@ -155,11 +155,16 @@ def train_joint(
                      total_epochs=config.epochs, average=config.average, progress=progress, on_batch=on_batch,
                      interruptible=True)
 
+    kept: dict[int, list[Pruned]] = {}  # each batch's pruned arcs, found at its first step (the pruner is fixed)
+
     def step(g: int) -> list[float]:
         batch = [sents[i] for i in groups[g]]
+        if g not in kept:
+            kept[g] = parser.gold_pruned(batch, batch_size=len(batch), link_features=False)
         losses = []
         role_terms: list[tuple[np.ndarray, np.ndarray]] = []
-        for graphs in parser.graph_batches(batch, gold=True, batch_size=len(batch), link_features=False):
+        for graphs in parser.graph_batches(batch, gold=True, batch_size=len(batch), link_features=False,
+                                           kept=kept[g]):
             for i, graph, _ in graphs:
                 k = groups[g][i]
                 if objective == "l2":

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.bp_parser import BPParser
+from engine.bp_parser import BPParser, Pruned
 from engine.data.batching import length_batches
 from engine.graph.build import SentenceGraph
 from engine.inference.bp import BPConfig, BPResult, run_bp, run_bp_many
@@ -82,17 +82,17 @@ def surrogate_gradient_terms(
     n1 = graph.n + 1
     y = np.zeros((n1, n1))
     y[gold_heads[1:], np.arange(1, n1)] = 1.0
-    b = np.where(graph.valid, result.beliefs, 0.0)
-    feats = graph.link_features
+    feats = graph.link_features  # the kept arcs' rows: an arc pruned away has b = y = 0, no gradient
     assert feats is not None, "the graph was built without its first-order features"
+    coef = result.beliefs[graph.valid] - y[graph.valid]
     soft_idx, soft_val = soft_gradient_terms(graph, graph.families, result.incoming, gold_heads)
     if graph.link_posterior is None:
         idx = [feats.reshape(-1), *soft_idx]
-        val = [np.repeat((b - y).reshape(-1), feats.shape[-1]), *soft_val]
+        val = [np.repeat(coef, feats.shape[-1]), *soft_val]
     else:  # latent edge clusters: block z of the flat weights gets (b - y) p(z | edge) f (engine.scoring.hidden)
         if dim < 1:
             raise ValueError("a graph with latent edge clusters needs the feature dimension of a cluster block")
-        link_idx, link_val = cluster_gradient_terms(feats, b - y, graph.link_posterior, dim)
+        link_idx, link_val = cluster_gradient_terms(feats, coef, graph.link_posterior, dim)
         idx, val = [*link_idx, *soft_idx], [*link_val, *soft_val]
     return gold_head_loss(graph, result.beliefs, gold_heads), idx, val
 
@@ -174,11 +174,15 @@ def train_surrogate(
     loop = EpochLoop(params, total_batches=config.epochs * len(groups), total_epochs=config.epochs,
                      average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
 
+    kept: dict[int, list[Pruned]] = {}  # each batch's pruned arcs, found at its first step (the pruner is fixed)
+
     def step(g: int) -> list[float]:
         batch = [sents[i] for i in groups[g]]
+        if g not in kept:
+            kept[g] = parser.gold_pruned(batch, batch_size=len(batch))
         idx, val, losses = [], [], []
         role_ids, role_coef = [], []
-        for graphs in parser.graph_batches(batch, gold=True, batch_size=len(batch)):
+        for graphs in parser.graph_batches(batch, gold=True, batch_size=len(batch), kept=kept[g]):
             results = run_bp_many([(graph.families, graph.valid) for _, graph, _ in graphs], bp)
             for (i, graph, _), result in zip(graphs, results, strict=True):
                 loss, ii, vv = surrogate_gradient_terms(graph, batch[i].heads, bp, result, parser.extractor.dim)

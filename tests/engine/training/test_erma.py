@@ -53,7 +53,7 @@ def _graph(sent: SimpleNamespace, w: np.ndarray, constraint: str, second: bool =
     scores = arc_scores(w[:DIM1], feats)[0]
     templates = {f: tuple(default_second_order([f])) for f in ("grand", "sib")} if second else {}
     graph = build_graph(sent, all_arcs(len(sent.forms)), scores, w, templates, constraint=constraint, offset=DIM1)
-    graph.link_features = feats[0]
+    graph.link_features = feats[0][graph.valid]  # the kept arcs' rows, as graph_batches gives them
     return graph
 
 

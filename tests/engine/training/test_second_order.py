@@ -81,7 +81,7 @@ def test_surrogate_gradient_is_exact_for_first_order_graphs(tree: str) -> None:
     scores = arc_scores(w, feats)[0]
     valid = np.isfinite(scores)
     graph = build_graph(SENT, valid, scores, w, {}, constraint="ptree" if tree == "projective" else "tree")
-    graph.link_features = feats[0]
+    graph.link_features = feats[0][graph.valid]  # the kept arcs' rows, as graph_batches gives them
     loss, idx, val = surrogate_gradient_terms(graph, SENT.heads, BPConfig(max_iterations=1))
     grad = np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=128)
     grad[0] = 0.0
@@ -138,3 +138,40 @@ def test_triple_hashing_follows_each_template_in_turn() -> None:
             if t.context != "none":
                 x = mix(x, ctx[kinds[t.context], i])
             assert got[i, k] == 1 + int(x) % (dim - 1)
+
+
+def test_training_graphs_from_remembered_pruning_equal_those_pruned_again() -> None:
+    """A trainer finds each batch's pruned arcs once (``gold_pruned``) and passes them back as ``kept``: the
+    graphs are those ``graph_batches(gold=True)`` builds by running the pruner, and a graph's first-order
+    features are its kept arcs' rows of ``extract`` (pruned arcs, which have no gradient, left out)."""
+    from engine.bp_parser import BPParser
+    from engine.decode.labeler import CountLabeler
+    from engine.features.templates import default_first_order
+    from engine.parser import FirstOrderParser
+
+    rng = np.random.default_rng(5)
+    words, tags = ["the", "dog", "barks", "at", "a", "cat", "loudly"], ["DET", "NOUN", "VERB", "ADP", "ADV"]
+    sentences = []
+    for n in (6, 6, 9, 6, 9):
+        heads = np.array([-1, *[int(rng.integers(0, m)) for m in range(1, n + 1)]])  # each word heads to its left
+        sentences.append(SimpleNamespace(forms=list(rng.choice(words, n)), upos=list(rng.choice(tags, n)),
+                                         xpos=list(rng.choice(["NN", "VB"], n)), heads=heads))
+    fx = FeatureExtractor(tuple(default_first_order()), 1 << 10)
+    first = FirstOrderParser(fx, rng.normal(size=fx.dim), TreeConstraint(), CountLabeler(), {})
+    parser = BPParser.from_first_order(first, {"sib": tuple(default_second_order(["sib"]))}, 1 << 10, prune=True)
+    parser.weights = rng.normal(size=len(parser.weights))
+    parser.prune = PruneConfig(ratio=0.05, max_heads=3)  # prunes these sentences' arcs
+    kept = parser.gold_pruned(sentences, batch_size=8)
+    again = [g for batch in parser.graph_batches(sentences, gold=True, batch_size=8) for g in batch]
+    remembered = [g for batch in parser.graph_batches(sentences, gold=True, batch_size=8, kept=kept) for g in batch]
+    pruned_some = False
+    for (i, graph, keep), (j, other, other_keep) in zip(again, remembered, strict=True):
+        assert i == j and np.array_equal(keep, other_keep) and np.array_equal(graph.valid, other.valid)
+        assert np.array_equal(graph.valid, kept[i][1]) and graph.valid[sentences[i].heads[1:], np.arange(1, 1 + len(
+            sentences[i].forms))].all()
+        assert np.array_equal(graph.link.theta, other.link.theta)
+        full = fx.extract([sentences[i]])[0]
+        assert np.array_equal(graph.link_features, full[graph.valid])
+        assert np.array_equal(other.link_features, full[graph.valid])
+        pruned_some |= bool(graph.valid.sum() < len(sentences[i].forms) ** 2)
+    assert pruned_some
