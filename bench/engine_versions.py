@@ -6,8 +6,8 @@ checkouts of the engine, interleaved, on the same file and core.
         --tags predicted --json
 
 Each run is a fresh process started in the checkout's directory (so ``models/...`` are its own models) with
-that checkout first on ``PYTHONPATH``, pinned to one core when ``taskset`` exists, with one BLAS/numba
-thread, after each checkout's ``engine`` and ``service`` are byte-compiled as an install would have them
+that checkout first on ``PYTHONPATH``, pinned to one core when ``taskset`` exists (not with ``--no-pin``), with
+one BLAS/numba thread, after each checkout's ``engine`` and ``service`` are byte-compiled as an install would have them
 (``_timing.byte_compile``). Runs are interleaved (A, B, A, B, ...) so that changes in the machine's load hit
 every version alike. For each version: the median wall-clock seconds of the whole command, the median CPU seconds
 (user + system of the child: what the command cost, less sensitive to other jobs on a shared machine),
@@ -37,11 +37,11 @@ def count_words(path: Path) -> int:
         return sum(1 for line in f if line.split("\t", 1)[0].isdigit())
 
 
-def run_once(engine: Path, command: list[str]) -> tuple[float, float]:
+def run_once(engine: Path, command: list[str], pin_core: bool = True) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of ``python -m engine COMMAND`` in ``engine``'s checkout."""
     env = {**os.environ, "PYTHONPATH": str(engine), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
-    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+    pin = ["taskset", "-c", "0"] if pin_core and shutil.which("taskset") else []
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run([*pin, sys.executable, "-m", "engine", *command], cwd=engine, env=env,
@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--words-from", help="the CoNLL-U file whose words are counted (default: --data's file)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-pin", action="store_true",
+                    help="leave the command every core (a command that starts worker processes: --cluster local:N)")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="after --: the engine command")
     ns = ap.parse_args(argv)
     command = [c for c in ns.command if c != "--"]
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[Path, list[tuple[float, float]]] = {e: [] for e in engines}
     for _ in range(ns.repeat):
         for e in engines:
-            times[e].append(run_once(e, command))
+            times[e].append(run_once(e, command, not ns.no_pin))
     rows = []
     for e in engines:
         wall = statistics.median(t[0] for t in times[e])

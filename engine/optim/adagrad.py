@@ -53,17 +53,23 @@ class AdaGrad:
         """AdaGrad for ``weights``, its sums stored in the weights' dtype."""
         return cls(weights.shape, learning_rate, dtype=weights.dtype, **settings)
 
-    def step(self, w: np.ndarray, grad: np.ndarray, l2: float | None = None, *, clear: bool = False) -> None:
+    def step(self, w: np.ndarray, grad: np.ndarray, l2: float | None = None, *, clear: bool = False,
+             accumulate: np.ndarray | None = None) -> None:
         """Update all of ``w`` in place from the loss gradient ``grad`` (modified: ``l2 * w`` is added first
         when ``l2``, the batch's share of the L2 penalty, is given; with ``clear`` it is left all zeros instead,
-        ready for the next batch's scatter-add: ``engine.scoring.potentials.scatter_gradient``'s ``out``)."""
-        if _fusable(w, grad, self.g2):  # one pass, no temporaries: the same operations per weight, bit for bit
+        ready for the next batch's scatter-add: ``engine.scoring.potentials.scatter_gradient``'s ``out``).
+        ``accumulate``: a running sum of the iterates (``EpochLoop.sum_of``) that the new ``w`` is added to, in
+        the same pass (``accumulate += w`` bit for bit, one pass over the weights fewer per step)."""
+        if _fusable(w, grad, self.g2) and (accumulate is None or _fusable(w, accumulate)):
             _dense_step(w.reshape(-1), grad.reshape(-1), self.g2.reshape(-1), self.learning_rate, self.delta,
-                        0.0 if l2 is None else float(l2), l2 is not None, clear)
+                        0.0 if l2 is None else float(l2), l2 is not None, clear,
+                        _NO_SUM if accumulate is None else accumulate.reshape(-1), accumulate is not None)
             return
         self.numpy_step(w, grad, l2)
         if clear:
             grad[...] = 0.0
+        if accumulate is not None:
+            accumulate += w
 
     def numpy_step(self, w: np.ndarray, grad: np.ndarray, l2: float | None = None) -> None:
         """``step`` in numpy arrays: for any dtype and layout, and the reference of the compiled pass."""
@@ -96,6 +102,9 @@ class AdaGrad:
         w /= h + self.learning_rate * l2
 
 
+_NO_SUM = np.zeros(1)  # ``_dense_step``'s total when there is none (one compiled signature)
+
+
 def _fusable(*arrays: np.ndarray) -> bool:
     """float64, C-contiguous, one shape: where the compiled step computes exactly what numpy does."""
     return all(a.dtype == np.float64 and a.flags.c_contiguous and a.shape == arrays[0].shape for a in arrays)
@@ -107,13 +116,14 @@ def _fusable(*arrays: np.ndarray) -> bool:
 # rounded, and no fastmath)
 @njit(cache=True, nogil=True, error_model="numpy")
 def _dense_step(w: np.ndarray, grad: np.ndarray, g2: np.ndarray, learning_rate: float, delta: float, l2: float,
-                with_l2: bool, clear: bool) -> None:  # pragma: no cover - compiled
+                with_l2: bool, clear: bool, total: np.ndarray, with_total: bool) -> None:  # pragma: no cover - compiled
     """``step`` in one pass over the weights: numpy's ``grad += l2 * w; g2 += grad * grad; w -= lr * grad /
     (sqrt(g2) + delta)`` makes about ten passes over arrays of 2^22 doubles and allocates a temporary for each,
     which is memory traffic (and page faults) that two trainings on two cores contend for. Each weight sees the
     same IEEE operations in the same order (no fused multiply-add: numba does not contract without fastmath), so
     the result is numpy's bit for bit (``tests/engine/optim/test_optim.py``). ``clear`` zeros ``grad`` on the way
-    (for a trainer that keeps one gradient buffer) instead of leaving ``l2 * w`` added to it."""
+    (for a trainer that keeps one gradient buffer) instead of leaving ``l2 * w`` added to it; ``with_total`` adds
+    the new weight to ``total`` (the loop's sum of iterates, which numpy would add in a pass of its own)."""
     for i in range(w.size):
         g = grad[i]
         if with_l2:
@@ -125,3 +135,5 @@ def _dense_step(w: np.ndarray, grad: np.ndarray, g2: np.ndarray, learning_rate: 
         s = g2[i] + g * g
         g2[i] = s
         w[i] = w[i] - learning_rate * g / (np.sqrt(s) + delta)
+        if with_total:
+            total[i] = total[i] + w[i]

@@ -70,6 +70,7 @@ class EpochLoop:
         self.best_score, self.best_epoch = -np.inf, 0
         self.interrupted = False
         self.partial: list[np.ndarray] | None = None
+        self.summed_by_step: set[int] = set()
 
     def run(self, epochs: int, batches: Callable[[], Iterable[Any]], step: Step,
             evaluate: Evaluate | None, *, loss_key: str = "loss", per: float = 1.0,
@@ -87,6 +88,15 @@ class EpochLoop:
             log.warning("interrupted: keeping the best model so far (epoch %d)", self.best_epoch)
             return False
         return True
+
+    def sum_of(self, index: int) -> np.ndarray | None:
+        """The running sum of the iterates of ``params[index]`` (None without averaging), for a trainer whose
+        step adds each new iterate itself (``AdaGrad.step(..., accumulate=...)``, in the pass that makes it);
+        the loop then no longer adds that array after each step."""
+        if self.sums is None:
+            return None
+        self.summed_by_step.add(index)
+        return self.sums[index]
 
     def result(self) -> LoopResult:
         """The best epoch's arrays (see the module docstring for the other cases)."""
@@ -120,8 +130,9 @@ class EpochLoop:
             else:
                 for term in loss:
                     total += term
-            for s, p in zip(self.sums or (), self.params, strict=False):
-                s += p
+            for k, (s, p) in enumerate(zip(self.sums or (), self.params, strict=False)):
+                if k not in self.summed_by_step:
+                    s += p
             self.steps += 1
             self.done += 1
             if self.on_batch is not None:

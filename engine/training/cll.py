@@ -210,6 +210,8 @@ def train_cll(
     loop = EpochLoop([w], total_batches=config.epochs * len(sizes), total_epochs=config.epochs,
                      average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
 
+    total = loop.sum_of(0)  # the step adds each iterate to the epoch's average itself
+
     def epoch_order() -> list[int]:
         order = [int(b) for b in rng.permutation(len(sizes))]
         if sharded is not None:
@@ -218,7 +220,7 @@ def train_cll(
 
     def step(b: int) -> float:
         nll, grad = objective(w, b) if sharded is None else sharded.collect(b, w, out=buffer)
-        opt.step(w, grad, config.l2 * (sizes[b] / n_sent), clear=True)  # the gradient buffer, zeroed for the next
+        opt.step(w, grad, config.l2 * (sizes[b] / n_sent), clear=True, accumulate=total)  # buffer zeroed for the next
         if sharded is not None:
             sharded.stepped(b, w)  # the next batch goes to the workers while the loop averages
         return nll

@@ -155,6 +155,7 @@ def train_joint(
                      total_epochs=config.epochs, average=config.average, progress=progress, on_batch=on_batch,
                      interruptible=True)
 
+    total = loop.sum_of(0)  # the step adds each iterate to the epoch's average itself
     kept: dict[int, list[Pruned]] = {}  # each batch's pruned arcs, found at its first step (the pruner is fixed)
 
     def step(g: int) -> list[float]:
@@ -175,7 +176,7 @@ def train_joint(
                                                    buffer, None if roles is None else (roles.gold[k], role_terms)))
         buffer[0] = 0.0
         share = config.l2 * (len(batch) / len(sents))
-        opt.step(w, buffer, share, clear=True)
+        opt.step(w, buffer, share, clear=True, accumulate=total)
         if roles is not None:
             roles.step([ids for ids, _ in role_terms], [coef for _, coef in role_terms], share)
         return losses

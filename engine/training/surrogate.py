@@ -174,6 +174,7 @@ def train_surrogate(
     loop = EpochLoop(params, total_batches=config.epochs * len(groups), total_epochs=config.epochs,
                      average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
 
+    total = loop.sum_of(0)  # the step adds each iterate to the epoch's average itself
     kept: dict[int, list[Pruned]] = {}  # each batch's pruned arcs, found at its first step (the pruner is fixed)
 
     def step(g: int) -> list[float]:
@@ -198,7 +199,7 @@ def train_surrogate(
         grad = add_into(buffer, np.concatenate(idx), np.concatenate(val))  # np.bincount's sums, no fresh array
         grad[:parser.first_dim:parser.extractor.dim] = 0.0  # the null feature (of every cluster block)
         share = config.l2 * (len(batch) / len(sents))
-        opt.step(w, grad, share, clear=True)
+        opt.step(w, grad, share, clear=True, accumulate=total)
         if roles is not None:
             roles.step(role_ids, role_coef, share)
         return losses  # the loop adds them one by one, in order

@@ -76,6 +76,26 @@ def test_loop_averages_each_epoch_and_keeps_the_best() -> None:
     assert [e["loss"] for e in result.history] == [1.5] * 3  # 3 batches x 2.0 / per
 
 
+def test_a_step_that_sums_its_iterates_itself_gives_the_loops_averages() -> None:
+    """``sum_of``: the trainer's step adds each iterate to the loop's running sum (``AdaGrad.step(...,
+    accumulate=...)``) and the loop no longer does: the same epoch means, the same best epoch."""
+    plain, _ = _counting_loop(True, [1.0, 3.0, 2.0])
+    w = np.zeros(1)
+    loop = EpochLoop([w], total_batches=9, total_epochs=3, average=True)
+    total = loop.sum_of(0)
+    assert total is not None and EpochLoop([w], total_batches=1, total_epochs=1).sum_of(0) is None
+
+    def step(_: int) -> float:
+        w[0] += 1.0
+        total[0] += w[0]
+        return 2.0
+
+    scores = iter([1.0, 3.0, 2.0])
+    loop.run(3, lambda: range(3), step, lambda current, entry: next(scores), per=4.0)
+    assert loop.result().best_epoch == plain.result().best_epoch == 2
+    assert loop.result().params[0][0] == plain.result().params[0][0] == 5.0
+
+
 def test_unscored_loop_returns_the_last_arrays() -> None:
     loop, seen = _counting_loop(False, [None, None])
     result = loop.result()
@@ -138,6 +158,11 @@ def test_the_compiled_dense_step_is_numpys_bit_for_bit(seed: int, n: int, l2: fl
     cleared.step(w_clear, g_clear, l2, clear=True)  # the same update, and the gradient buffer left all zeros
     kept.step(w_kept, grad.copy(), l2)
     assert np.array_equal(w_clear.view(np.int64), w_kept.view(np.int64)) and not g_clear.view(np.int64).any()
+    summing, w_sum, total = AdaGrad(n, rate, delta=delta, initial=1e-6), w.copy(), rng.normal(size=n)
+    expected = total + w_kept  # the loop's ``s += p`` after the same update
+    summing.step(w_sum, grad.copy(), l2, accumulate=total)  # adds the new iterate in the same pass
+    assert np.array_equal(w_sum.view(np.int64), w_kept.view(np.int64))
+    assert np.array_equal(total.view(np.int64), expected.view(np.int64))
     w_numpy, g_numpy = np.ones(n, dtype=np.float32), np.ones(n, dtype=np.float32)  # the numpy path clears too
     AdaGrad.like(w_numpy, rate).step(w_numpy, g_numpy, l2, clear=True)
     assert not g_numpy.any()
