@@ -145,7 +145,7 @@ def bp_gradient_terms(graph: SentenceGraph, gold_heads: np.ndarray, bp: BPConfig
     valid = graph.valid
     idx, val = soft_theta_terms(graph, graph.families, thetas)
     return value, [feats.reshape(-1), *idx], [np.repeat(np.broadcast_to(g_link, valid.shape)[valid],
-                                                               feats.shape[-1]), *val]
+                                                        feats.shape[-1]), *val]
 
 
 def exact_objective(weights: np.ndarray, batch: TrainingBatch, constraint: TreeConstraint, objective: str,
