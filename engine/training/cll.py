@@ -210,9 +210,7 @@ def train_cll(
     loop = EpochLoop([w], total_batches=config.epochs * len(sizes), total_epochs=config.epochs,
                      average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
 
-    # the step adds each iterate to the epoch's average in its own pass; data-parallel, the loop's separate
-    # pass is left to overlap the workers' next batch (ShardedCLL.stepped)
-    total = loop.sum_of(0) if sharded is None else None
+    total = loop.sum_of(0) if sharded is None else None  # data-parallel: the loop sums, beside the workers
 
     def epoch_order() -> list[int]:
         order = [int(b) for b in rng.permutation(len(sizes))]

@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 
-from engine.bp_parser import Pruned
 from engine.data.batching import length_batches
 from engine.graph.build import SentenceGraph
 from engine.graph.tree import Tree
@@ -50,6 +49,7 @@ from engine.training.cll import TrainingBatch, TrainResult, cll_objective, prepa
 from engine.training.loop import EpochLoop, dev_or_loss
 from engine.training.objectives import AnnealSchedule, annealed_risk, gold_indicators, l2_distance
 from engine.training.optim import AdaGrad, OptimSettings
+from engine.training.pruned_once import PrunedOnce
 from engine.training.surrogate import soft_theta_terms, surrogate_gradient_terms
 
 log = logging.getLogger(__name__)
@@ -227,15 +227,13 @@ def train_erma(parser: Any, train: Sequence[Any], config: ErmaConfig, bp: BPConf
     sents = [train[i] for i in keep]
     groups = length_batches([len(s.forms) for s in sents], config.batch_size)
 
-    kept: dict[int, list[Pruned]] = {}  # each batch's pruned arcs, found at its first step (the pruner is fixed)
+    pruned = PrunedOnce(parser)  # each batch's pruned arcs, found at its first step
 
     def batch_gradient(w: np.ndarray, g: int, objective: str, temperature: float | None) -> tuple[float, np.ndarray]:
         parser.weights = w
         batch = [sents[i] for i in groups[g]]
-        if g not in kept:
-            kept[g] = parser.gold_pruned(batch, batch_size=len(batch))
         idx, val, total = [], [], 0.0
-        for i, graph, _ in parser.graphs(batch, gold=True, batch_size=len(batch), kept=kept[g]):
+        for i, graph, _ in parser.graphs(batch, gold=True, batch_size=len(batch), kept=pruned(g, batch)):
             loss, ii, vv = bp_gradient_terms(graph, batch[i].heads, bp, objective, temperature)
             total += loss
             idx += ii

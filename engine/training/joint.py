@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.bp_parser import BPParser, Pruned
+from engine.bp_parser import BPParser
 from engine.data.batching import length_batches
 from engine.graph.build import SentenceGraph
 from engine.inference.bp import BPConfig
@@ -45,6 +45,7 @@ from engine.training.cll import TrainConfig, TrainResult, usable_trees
 from engine.training.loop import EpochLoop, dev_or_loss
 from engine.training.objectives import gold_indicators
 from engine.training.optim import AdaGrad
+from engine.training.pruned_once import PrunedOnce
 from engine.training.surrogate import (
     RoleSteps,
     gold_head_loss,
@@ -154,18 +155,15 @@ def train_joint(
     loop = EpochLoop([w] if roles is None else [w, roles.roles.weights], total_batches=config.epochs * len(groups),
                      total_epochs=config.epochs, average=config.average, progress=progress, on_batch=on_batch,
                      interruptible=True)
-
     total = loop.sum_of(0)  # the step adds each iterate to the epoch's average itself
-    kept: dict[int, list[Pruned]] = {}  # each batch's pruned arcs, found at its first step (the pruner is fixed)
+    pruned = PrunedOnce(parser, link_features=False)  # each batch's pruned arcs, found at its first step
 
     def step(g: int) -> list[float]:
         batch = [sents[i] for i in groups[g]]
-        if g not in kept:
-            kept[g] = parser.gold_pruned(batch, batch_size=len(batch), link_features=False)
         losses = []
         role_terms: list[tuple[np.ndarray, np.ndarray]] = []
         for graphs in parser.graph_batches(batch, gold=True, batch_size=len(batch), link_features=False,
-                                           kept=kept[g]):
+                                           kept=pruned(g, batch)):
             for i, graph, _ in graphs:
                 k = groups[g][i]
                 if objective == "l2":

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.bp_parser import BPParser, Pruned
+from engine.bp_parser import BPParser
 from engine.data.batching import length_batches
 from engine.graph.build import SentenceGraph
 from engine.inference.bp import BPConfig, BPResult, run_bp, run_bp_many
@@ -29,6 +29,7 @@ from engine.scoring.potentials import add_into
 from engine.training.cll import TrainConfig, TrainResult, usable_trees
 from engine.training.loop import EpochLoop, dev_or_loss
 from engine.training.optim import AdaGrad
+from engine.training.pruned_once import PrunedOnce
 
 
 def soft_gradient_terms(graph: SentenceGraph, families: Sequence[Any], incoming: Sequence[Any],
@@ -175,15 +176,13 @@ def train_surrogate(
                      average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
 
     total = loop.sum_of(0)  # the step adds each iterate to the epoch's average itself
-    kept: dict[int, list[Pruned]] = {}  # each batch's pruned arcs, found at its first step (the pruner is fixed)
+    pruned = PrunedOnce(parser)  # each batch's pruned arcs, found at its first step
 
     def step(g: int) -> list[float]:
         batch = [sents[i] for i in groups[g]]
-        if g not in kept:
-            kept[g] = parser.gold_pruned(batch, batch_size=len(batch))
         idx, val, losses = [], [], []
         role_ids, role_coef = [], []
-        for graphs in parser.graph_batches(batch, gold=True, batch_size=len(batch), kept=kept[g]):
+        for graphs in parser.graph_batches(batch, gold=True, batch_size=len(batch), kept=pruned(g, batch)):
             results = run_bp_many([(graph.families, graph.valid) for _, graph, _ in graphs], bp)
             for (i, graph, _), result in zip(graphs, results, strict=True):
                 loss, ii, vv = surrogate_gradient_terms(graph, batch[i].heads, bp, result, parser.extractor.dim)
