@@ -2,7 +2,9 @@
 
 Issue 27 asks a data-parallel epoch on 2 workers to be >= 1.6x one process. A step of single-process training
 (``engine.training.cll.train_cll``) is the batch's objective and gradient, the dense AdaGrad step over every
-weight (the L2 term touches them all) and the epoch's iterate averaging (``sums += w``, ``engine.optim.loop``).
+weight (the L2 term touches them all) and the epoch's iterate averaging (``sums += w``, ``engine.optim.loop``;
+since 2026-11-28 the one-process trainer adds it inside the step's pass, ``AdaGrad.step(accumulate=...)``, and
+only the data-parallel driver still makes it a pass of its own; this bench times it apart for both, as before).
 Data parallelism splits only the first over the workers; the other two are one pass each over the 2^22
 weights, made by whoever holds them. So with free communication a step costs at least
 ``half objective + step + averaging``, and the speed-up is at most::
