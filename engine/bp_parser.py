@@ -43,6 +43,7 @@ from engine.scoring.kept_features import arc_features, kept_link_scores, kept_li
 from engine.scoring.link_labels import LinkLabels, arc_roles
 from engine.scoring.potentials import arc_scores
 from engine.scoring.pruning import PruneConfig, prune_arcs
+from engine.scoring.upos_triples import UposTable, upos_table
 from engine.text.tag_candidates import TagCandidates, first_candidates_are
 
 Pruned = tuple[np.ndarray, np.ndarray]  # a sentence's pruner MBR heads (n+1,) and kept arcs (n+1, n+1) bool
@@ -77,7 +78,8 @@ class BPParser:
     link_labels: LinkLabels | None = None  # label-aware LINK factors (None: labels from ``labeler`` afterwards)
     _scorer: ArcScorer | None = field(default=None, repr=False, compare=False)
     _blocks: tuple[np.ndarray, list[np.ndarray]] | None = field(default=None, repr=False, compare=False)
-    _factor_block: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
+    _factor_block: tuple[np.ndarray, np.ndarray, dict[str, UposTable | None]] | None = field(
+        default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.link_labels is not None:
@@ -94,8 +96,17 @@ class BPParser:
         if self._factor_block is None or self._factor_block[0] is not weights:
             narrow = narrowest_exact(weights[self.first_dim:])
             narrow.flags.writeable = False
-            self._factor_block = (weights, narrow)
+            self._factor_block = (weights, narrow, {k: upos_table(k, t, narrow) for k, t in self.templates.items()})
         return self._factor_block[1], 0
+
+    def upos_tables(self) -> dict[str, UposTable | None] | None:
+        """Per family, a loaded model's UPOS-only higher-order templates summed once (``engine.scoring.
+        upos_triples``; float16 blocks only), which parse-time graphs look up; None for writable weights."""
+        if kernel_array(self, "weights").flags.writeable:
+            return None
+        self.factor_weights()
+        assert self._factor_block is not None
+        return self._factor_block[2]
 
     @property
     def first_dim(self) -> int:
@@ -253,6 +264,7 @@ class BPParser:
             if mix is not None:
                 link = self.mixed_link_scores(chosen, mix, link, [valid for _, valid in pruned])
             weights, offset = (self.weights, self.first_dim) if gold else self.factor_weights()
+            tables = None if gold else self.upos_tables()
             roles = None
             if self.link_labels is not None:  # the roles summed into each kept link's potential
                 roles = arc_roles(self.link_labels, chosen, [valid for _, valid in pruned])
@@ -263,7 +275,7 @@ class BPParser:
                 keep, valid = pruned[j]
                 graph = build_graph(sentences[i], valid, link[j], weights, self.templates,
                                     constraint=self.graph_constraint, single_root=self.constraint.single_root,
-                                    offset=offset, mixture=None if mix is None else mix[j])
+                                    offset=offset, mixture=None if mix is None else mix[j], tables=tables)
                 graph.roles = None if roles is None else roles[j]
                 if feats is not None:
                     graph.link_features = feats[j]

@@ -7,6 +7,7 @@ its first request at full speed and a container image can carry the compiled cod
 at build time). Kernels: ``engine.scoring.fused`` (arc potentials straight from the tokens, one per weight
 table type), ``engine.features.second_order`` (hashing of higher-order features),
 ``engine.scoring.triple_deltas`` (what a copy of a sentence under other tags changes in them),
+``engine.scoring.upos_triples`` (higher-order potentials with the UPOS-only templates looked up),
 ``engine.features.labeler_kernel`` (the log-linear labeller's hashing and scoring), ``engine.text.linear``
 (the word classifiers' and the tokenizer's scores), ``engine.text.crf_ragged`` (the tagger's chains),
 ``engine.graph.tags`` (TAGLINK and CHAIN messages of joint tagging and parsing), ``engine.inference.relaxed_scan``
@@ -42,6 +43,7 @@ from engine.inference.relaxed_scan import left_out_eta, screen
 from engine.scoring.fused import ArcScorer
 from engine.scoring.link_labels import LinkLabels
 from engine.scoring.triple_deltas import copy_deltas
+from engine.scoring.upos_triples import upos_table
 from engine.text import crf_ragged
 from engine.text.linear import HashedLogLinear, row_sums
 
@@ -123,6 +125,9 @@ def warm_up() -> float:
     triples = np.array([[0, 1], [1, 2], [2, 3]])
     for family in ("grand", "sib"):
         extract_triples(tokens[0], tuple(default_second_order([family])), triples, 1 << 10)
+    table = upos_table("sib", default_second_order(["sib"]), np.zeros(1 << 10, dtype=np.float16))
+    assert table is not None
+    table.scores(tokens[0], triples)
     _copy_deltas(tokens[0], triples)
     _labeller(tokens[0])
     for dtype in (np.float32, np.float64):  # the tokenizer's, lemmatizer's and morphological tagger's scores

@@ -173,6 +173,8 @@ class ModelRegistry:
                 log.info("loaded constituency model %s v%d from %s", name, version, path)
                 return ConstituencyEntry(name, version, path, parser, read_manifest(path))
             pipeline = Pipeline.load(path)
+            if isinstance(pipeline.parser, BPParser):
+                pipeline.parser.upos_tables()  # built once here, before the parse processes fork and share them
         except (ModelError, OSError, ValueError) as e:
             log.error("model %s (%s) not loaded: %s", name, path, e)
             self._failed.add(path)

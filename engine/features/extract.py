@@ -68,6 +68,7 @@ _WORD_BASES = tuple(_WORD_STRINGS)
 _FORM_CODES: dict[str, tuple[int, ...]] = {}  # each form's codes of the _WORD_BASES, up to _MAX_FORMS forms
 _MAX_FORMS = 1 << 18
 _ROOT, _BOS, _EOS = (hash_string(x) for x in ("<ROOT>", "<BOS>", "<EOS>"))
+ROOT_CODE = _ROOT  # every attribute's code at row 0 (ROOT) of ``attribute_hashes``
 
 
 def _word_codes(forms: list[str]) -> np.ndarray:

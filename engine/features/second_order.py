@@ -27,7 +27,7 @@ from engine.features.templates import CONTEXTS, TOKEN_ATTRIBUTES
 from engine.hashing import hash_string, hash_strings, mix_pair
 
 FAMILIES = ("grand", "sib", "childseq", "nocross")
-_BINS = np.array([0, 1, 2, 3, 4, 5, 5, 6, 6, 6, 6, 7])
+BINS = np.array([0, 1, 2, 3, 4, 5, 5, 6, 6, 6, 6, 7])
 
 
 @dataclass(frozen=True)
@@ -104,14 +104,25 @@ def _directions(family: str, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.
     return (b > a).astype(np.int64) * 2 + (c > a)
 
 
+def factor_context(family: str, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+                   direction: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per factor ``(a, b, c)``: its direction code (``_directions``, unless given) and its ``dist`` context,
+    ``direction * 16 + bin`` with the bin of the distance the family relates (GRAND: a and c; SIB and CHILDSEQ:
+    b and c; NOCROSS: a and b; ``BINS``, at most ``len(BINS) - 1``)."""
+    if direction is None:
+        direction = _directions(family, a, b, c)
+    far = np.abs(a - c) if family == "grand" else np.abs(a - b) if family == "nocross" else np.abs(b - c)
+    return direction, direction * 16 + BINS[np.minimum(far, len(BINS) - 1)]
+
+
 @lru_cache(maxsize=1)
-def _context_codes() -> tuple[np.ndarray, np.ndarray]:
+def context_codes() -> tuple[np.ndarray, np.ndarray]:
     """Codes of the ``dir`` contexts (8) and of the ``dist`` contexts (128)."""
     return hash_strings([f"d{i}" for i in range(8)]), hash_strings([f"dd{i}" for i in range(128)])
 
 
 @lru_cache(maxsize=64)
-def _template_tables(templates: tuple[TripleTemplate, ...],
+def template_tables(templates: tuple[TripleTemplate, ...],
                      attrs: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per template: the seed (hash of its name), the attribute indices of roles a, b, c (T, 3, W; -1
     padded) and the context kind (0 none, 1 dir, 2 dist)."""
@@ -205,13 +216,10 @@ def triple_tables(tokens: Tokens, templates: Sequence[TripleTemplate], triples: 
     a, b, c = triples
     family = templates[0].family
     attrs = template_attributes(templates)
-    if direction is None:
-        direction = _directions(family, a, b, c)
-    far = np.abs(a - c) if family == "grand" else np.abs(a - b) if family == "nocross" else np.abs(b - c)
-    dist = direction * 16 + _BINS[np.minimum(far, len(_BINS) - 1)]
-    dir_codes, dist_codes = _context_codes()
+    direction, dist = factor_context(family, a, b, c, direction)
+    dir_codes, dist_codes = context_codes()
     codes_table = attribute_codes(tokens, attrs) if codes is None else codes
-    seeds, roles, kinds = _template_tables(tuple(templates), tuple(attrs))
+    seeds, roles, kinds = template_tables(tuple(templates), tuple(attrs))
     ctx = np.stack([np.zeros(f, dtype=np.uint64), dir_codes[direction], dist_codes[dist]])
     positions = np.stack([a, b, c]).astype(np.int64)
     if rows is not None:

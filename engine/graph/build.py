@@ -33,6 +33,7 @@ from engine.graph.pairwise import PairFamily, grand_arcs, hard_pairs, no2cycle_a
 from engine.graph.tree import Tree
 from engine.scoring.link_labels import ArcRoles
 from engine.scoring.triple_deltas import copy_deltas
+from engine.scoring.upos_triples import UposTable, WordCodes
 
 SOFT_FAMILIES = ("grand", "sib", "childseq", "nocross")
 CONSTRAINTS = ("tree", "ptree", "exactly1", "atmost1", "not2", "exactly1+no2cycle")
@@ -41,10 +42,12 @@ CONSTRAINTS = ("tree", "ptree", "exactly1", "atmost1", "not2", "exactly1+no2cycl
 @dataclass
 class SoftTerms:
     """A higher-order family with its feature indices (F, K) and, per feature row, the factor belief
-    of the event (``expected(incoming) -> (F,)``) and its gold value (``gold(heads) -> (F,)``)."""
+    of the event (``expected(incoming) -> (F,)``) and its gold value (``gold(heads) -> (F,)``). ``features``
+    is None in a parse-time graph whose potentials were partly looked up (``build_graph(tables=...)``): no
+    trainer reads such a graph (``trained_features`` refuses it)."""
 
     family: FactorFamily
-    features: np.ndarray
+    features: np.ndarray | None
     expected: Callable[[Messages], np.ndarray]
     gold: Callable[[np.ndarray], np.ndarray]
 
@@ -61,6 +64,14 @@ class SentenceGraph:
     link_features: np.ndarray | None = None  # (A, K) first-order feature indices of the kept arcs (np.nonzero(valid))
     link_posterior: np.ndarray | None = None  # (Z, A) p(z | edge) of those arcs, a model with latent edge clusters
     roles: ArcRoles | None = None  # label-aware LINK factors: each kept arc's roles (engine.scoring.link_labels)
+
+
+def trained_features(terms: SoftTerms) -> np.ndarray:
+    """``terms.features``, which a trainer needs: a graph built with looked-up potentials has none."""
+    if terms.features is None:
+        raise ValueError("this graph was built for parsing (potentials looked up, no feature rows); "
+                         "training graphs are built without tables")
+    return terms.features
 
 
 def _gold_arcs(heads: np.ndarray) -> np.ndarray:
@@ -80,16 +91,23 @@ MixtureCodes = dict[tuple[str, ...], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 def _factor_scores(tokens: Tokens, templates: Sequence[TripleTemplate], triples: np.ndarray,
                    weights: np.ndarray, offset: int, mixture: TagMixture | None, codes: MixtureCodes,
-                   direction: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   direction: np.ndarray | None = None, table: UposTable | None = None,
+                   words: WordCodes | None = None) -> tuple[np.ndarray | None, np.ndarray]:
     """Feature rows (F, K) of the factors ``triples`` (3, F) under the sentence's tags and their scores: the
     weight sums ``s``, or with a ``mixture`` their weighted
     mean over its taggings, ``s + sum_c w_c (s_c - s)``, where ``s_c - s`` is computed only for the
     triples with a word whose attributes that copy changed (the others have the same features), and there only
     over the templates that read a changed attribute (``engine.scoring.triple_deltas``), every copy's in one
     kernel call. ``codes`` caches per attribute set the words' codes under
-    the sentence's tags, under each copy's (stacked) and which words each copy changed."""
+    the sentence's tags, under each copy's (stacked) and which words each copy changed. Without a mixture, a
+    ``table`` (``engine.scoring.upos_triples``) gives the potentials in one compiled pass, the same bit for bit,
+    and no feature rows (None); ``words`` caches the sentence's attribute codes for it."""
     dim = len(weights) - offset
     if mixture is None or not mixture.copies or not triples.shape[1]:
+        # parse time: the UPOS-only templates' sums from the table, the rest hashed
+        looked = None if table is None or direction is not None else table.scores(tokens, triples, words)
+        if looked is not None:
+            return None, looked
         feats = extract_triples(tokens, templates, triples, dim, direction=direction) + offset
         return feats, _feature_weights(weights, feats).sum(axis=1)
     attrs = template_attributes(templates)
@@ -112,10 +130,12 @@ def _factor_scores(tokens: Tokens, templates: Sequence[TripleTemplate], triples:
 
 def _pair_terms(name: str, tokens: Tokens, n: int, valid: np.ndarray, weights: np.ndarray,
                 templates: Sequence[TripleTemplate], offset: int, mixture: TagMixture | None = None,
-                codes: MixtureCodes | None = None) -> SoftTerms:
+                codes: MixtureCodes | None = None, table: UposTable | None = None,
+                words: WordCodes | None = None) -> SoftTerms:
     arcs = (grand_arcs if name == "grand" else sib_arcs)(n, valid)
     triples = np.stack([arcs[0], arcs[1], arcs[3]])  # GRAND (g, p, c); SIB (h, m, s)
-    feats, scores = _factor_scores(tokens, templates, triples, weights, offset, mixture, {} if codes is None else codes)
+    feats, scores = _factor_scores(tokens, templates, triples, weights, offset, mixture, {} if codes is None else codes,
+                                   table=table, words=words)
     fam = PairFamily(n, valid, arcs, scores, name)
 
     def gold(heads: np.ndarray) -> np.ndarray:
@@ -209,6 +229,7 @@ def build_graph(
     single_root: bool = True,
     offset: int = 0,
     mixture: TagMixture | None = None,
+    tables: Mapping[str, UposTable | None] | None = None,
 ) -> SentenceGraph:
     """Factor graph for one sentence; ``link_scores`` (n+1, n+1) are the first-order arc scores.
 
@@ -233,11 +254,13 @@ def build_graph(
     families.append(link)
     graph = SentenceGraph(n, valid, families, link)
     codes: MixtureCodes = {}  # the families' shared attribute codes under the mixture's taggings
+    words: WordCodes = {}  # and under the sentence's own tags, for the tables
     for name, family_templates in templates.items():
         if not family_templates:
             continue
         if name in ("grand", "sib"):
-            terms = _pair_terms(name, tokens, n, valid, weights, family_templates, offset, mixture, codes)
+            terms = _pair_terms(name, tokens, n, valid, weights, family_templates, offset, mixture, codes,
+                                None if tables is None else tables.get(name), words)
         elif name == "childseq":
             terms = _childseq_terms(tokens, n, valid, weights, family_templates, offset, mixture, codes)
         elif name == "nocross":

@@ -21,7 +21,7 @@ import numpy as np
 
 from engine.bp_parser import BPParser
 from engine.data.batching import length_batches
-from engine.graph.build import SentenceGraph
+from engine.graph.build import SentenceGraph, trained_features
 from engine.inference.bp import BPConfig, BPResult, run_bp, run_bp_many
 from engine.scoring.hidden import cluster_gradient_terms
 from engine.scoring.link_labels import ROLE_LEARNING_RATE, LinkLabels, gradient_rows
@@ -40,11 +40,12 @@ def soft_gradient_terms(graph: SentenceGraph, families: Sequence[Any], incoming:
     pos = {id(f): i for i, f in enumerate(families)}
     idx, val = [], []
     for terms in graph.soft.values():
-        if len(terms.features) == 0:
+        feats = trained_features(terms)
+        if len(feats) == 0:
             continue
         expected = terms.expected(incoming[pos[id(terms.family)]])
-        idx.append(terms.features.reshape(-1))
-        val.append(np.repeat(expected - terms.gold(gold_heads), terms.features.shape[1]))
+        idx.append(feats.reshape(-1))
+        val.append(np.repeat(expected - terms.gold(gold_heads), feats.shape[1]))
     return idx, val
 
 
@@ -56,10 +57,10 @@ def soft_theta_terms(graph: SentenceGraph, families: Sequence[Any],
     pos = {id(f): i for i, f in enumerate(families)}
     idx, val = [], []
     for terms in graph.soft.values():
-        g = thetas[pos[id(terms.family)]]
-        if g is not None and len(terms.features):
-            idx.append(terms.features.reshape(-1))
-            val.append(np.repeat(g, terms.features.shape[1]))
+        g, feats = thetas[pos[id(terms.family)]], trained_features(terms)
+        if g is not None and len(feats):
+            idx.append(feats.reshape(-1))
+            val.append(np.repeat(g, feats.shape[1]))
     return idx, val
 
 
