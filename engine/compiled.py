@@ -8,7 +8,8 @@ at build time). Kernels: ``engine.scoring.fused`` (arc potentials straight from 
 table type), ``engine.features.second_order`` (hashing of higher-order features),
 ``engine.scoring.triple_deltas`` (what a copy of a sentence under other tags changes in them),
 ``engine.scoring.upos_triples`` (higher-order potentials with the UPOS-only templates looked up),
-``engine.features.labeler_kernel`` (the log-linear labeller's hashing and scoring), ``engine.text.linear``
+``engine.features.labeler_kernel`` (the log-linear labeller's hashing and scoring), ``engine.code_index`` (the
+tagger's feature ids), ``engine.text.linear``
 (the word classifiers' and the tokenizer's scores), ``engine.text.crf_ragged`` (the tagger's chains),
 ``engine.graph.tags`` (TAGLINK and CHAIN messages of joint tagging and parsing), ``engine.inference.relaxed_scan``
 (relaxed inference's gain screen and eta) and ``engine.constituency.kernel`` (inside-outside over
@@ -21,6 +22,7 @@ import time
 
 import numpy as np
 
+from engine.code_index import CodeIndex
 from engine.constituency.anchored import AnchoredScores, build_items, full_mask
 from engine.constituency.factor import make_factor, substates
 from engine.constituency.grammar import Grammar
@@ -134,6 +136,7 @@ def warm_up() -> float:
         HashedLogLinear(np.array([5], dtype=np.uint64), np.zeros((2, 3), dtype=dtype)).scores(
             np.array([[5, 6]], dtype=np.uint64))
     row_sums(np.zeros((2, 3), dtype=np.float32), np.zeros((1, 2), dtype=np.int32), np.zeros((1, 3)))  # the tagger's
+    CodeIndex(np.array([1, 5], dtype=np.uint64)).positions(np.array([5, 2], dtype=np.uint64))  # and its feature ids
     allowed = np.array([[True, False], [True, True], [True, True]])
     TagLink(2, np.array([0, 1]), np.array([1, 2]), np.zeros((2, 2, 2)), allowed).propagate(
         np.zeros(2), np.zeros((2, 2)), np.zeros((2, 2)))

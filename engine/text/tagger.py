@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
+from engine.code_index import CodeIndex
 from engine.data.batching import length_batches
 from engine.hashing import hash_string
 from engine.optim import AdaGrad, EpochLoop, OptimSettings
@@ -184,6 +185,7 @@ class Tagger:
     viterbi_candidates: int = 8  # Viterbi runs over each word's most probable states (by marginal)
     # each form's lexical feature values, computed once per form (``feature_codes``)
     form_cache: dict[str, tuple[int, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _index: tuple[np.ndarray, CodeIndex] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def upos_labels(self) -> list[str]:
@@ -201,8 +203,9 @@ class Tagger:
         """Feature codes -> int32 ids (index in ``features`` + 1, or 0 for a feature not kept in training)."""
         if len(self.features) == 0:
             return np.zeros(codes.shape, dtype=np.int32)
-        at = np.minimum(np.searchsorted(self.features, codes), len(self.features) - 1)
-        return np.where(self.features[at] == codes, at + 1, 0).astype(np.int32)
+        if self._index is None or self._index[0] is not self.features:  # by hashing (engine.code_index)
+            self._index = (self.features, CodeIndex(self.features))
+        return (self._index[1].positions(codes) + 1).astype(np.int32)
 
     # -- training -----------------------------------------------------------------------------------------
     @classmethod
