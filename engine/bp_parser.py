@@ -264,7 +264,7 @@ class BPParser:
             if mix is not None:
                 link = self.mixed_link_scores(chosen, mix, link, [valid for _, valid in pruned])
             weights, offset = (self.weights, self.first_dim) if gold else self.factor_weights()
-            tables = None if gold else self.upos_tables()
+            tables = None if gold or mix is not None else self.upos_tables()  # (tag copies hash their deltas)
             roles = None
             if self.link_labels is not None:  # the roles summed into each kept link's potential
                 roles = arc_roles(self.link_labels, chosen, [valid for _, valid in pruned])
