@@ -8,7 +8,7 @@ at build time). Kernels: ``engine.scoring.fused`` (arc potentials straight from 
 table type), ``engine.features.second_order`` (hashing of higher-order features),
 ``engine.scoring.triple_deltas`` (what a copy of a sentence under other tags changes in them),
 ``engine.scoring.upos_triples`` (higher-order potentials with the UPOS-only templates looked up),
-``engine.features.labeler_kernel`` (the log-linear labeller's hashing and scoring), ``engine.code_index`` (the
+``engine.features.labeler_kernel`` (the log-linear labeller's hashing and scoring), ``engine.hashing`` (the
 tagger's feature ids), ``engine.text.linear``
 (the word classifiers' and the tokenizer's scores), ``engine.text.crf_ragged`` (the tagger's chains),
 ``engine.graph.tags`` (TAGLINK and CHAIN messages of joint tagging and parsing), ``engine.inference.relaxed_scan``
@@ -22,7 +22,6 @@ import time
 
 import numpy as np
 
-from engine.code_index import CodeIndex
 from engine.constituency.anchored import AnchoredScores, build_items, full_mask
 from engine.constituency.factor import make_factor, substates
 from engine.constituency.grammar import Grammar
@@ -41,6 +40,7 @@ from engine.features.templates import ArcTemplate
 from engine.graph.family import all_arcs
 from engine.graph.pairwise import PairFamily, grand_arcs
 from engine.graph.tags import TagChain, TagLink
+from engine.hashing import CodeIndex
 from engine.inference.relaxed_scan import left_out_eta, screen
 from engine.scoring.fused import ArcScorer
 from engine.scoring.link_labels import LinkLabels

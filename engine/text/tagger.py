@@ -38,9 +38,8 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from engine.code_index import CodeIndex
 from engine.data.batching import length_batches
-from engine.hashing import hash_string
+from engine.hashing import CodeIndex, hash_string
 from engine.optim import AdaGrad, EpochLoop, OptimSettings
 from engine.text import crf_ragged
 from engine.text.crf import (  # noqa: F401 (chain kernels re-exported for their users)
@@ -203,7 +202,7 @@ class Tagger:
         """Feature codes -> int32 ids (index in ``features`` + 1, or 0 for a feature not kept in training)."""
         if len(self.features) == 0:
             return np.zeros(codes.shape, dtype=np.int32)
-        if self._index is None or self._index[0] is not self.features:  # by hashing (engine.code_index)
+        if self._index is None or self._index[0] is not self.features:  # by hashing (engine.hashing.CodeIndex)
             self._index = (self.features, CodeIndex(self.features))
         return (self._index[1].positions(codes) + 1).astype(np.int32)
 

@@ -1,4 +1,4 @@
-"""CodeIndex (engine.code_index) finds what binary search finds: each code's position, -1 where absent."""
+"""CodeIndex (engine.hashing) finds what binary search finds: each code's position, -1 where absent."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.code_index import CodeIndex
+from engine.hashing import CodeIndex
 
 CODES = st.integers(0, 2**64 - 1)
 
