@@ -16,8 +16,9 @@ history ``entry``. Per epoch the loop then
   is the arrays as the last epoch left them.
 
 ``on_batch(done, total)`` is called after every batch with the batches done so far and ``total_batches``; an
-exception it raises propagates. With ``interruptible``, Ctrl-C (``KeyboardInterrupt``) stops after the
-current batch or evaluation instead: the result is the best epoch so far (or, before any epoch ended, the
+exception it raises propagates. With ``interruptible``, Ctrl-C stops after the current batch or evaluation
+instead (in the main thread a first Ctrl-C is noted and acted on there, a second stops at once; elsewhere a
+``KeyboardInterrupt`` stops where it lands): the result is the best epoch so far (or, before any epoch ended, the
 arrays as they were at the start, best epoch 0), ``interrupted`` is set, and ``partial`` holds the unfinished
 epoch's (averaged) arrays for a trainer that prefers them to its starting point.
 
@@ -27,10 +28,13 @@ is how approximation-aware training runs its layer-wise stages (``engine.trainin
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +75,7 @@ class EpochLoop:
         self.interrupted = False
         self.partial: list[np.ndarray] | None = None
         self.summed_by_step: set[int] = set()
+        self._stop = [False]  # a Ctrl-C noted during a step or an evaluation (``_deferred_ctrl_c``)
 
     def run(self, epochs: int, batches: Callable[[], Iterable[Any]], step: Step,
             evaluate: Evaluate | None, *, loss_key: str = "loss", per: float = 1.0,
@@ -78,8 +83,10 @@ class EpochLoop:
         """``epochs`` more epochs; ``fields`` open each history entry, ``note`` follows the epoch number in
         the progress output. False if Ctrl-C stopped the loop."""
         try:
-            for _ in range(epochs):
-                self._epoch(batches, step, evaluate, loss_key, per, fields or {}, f" ({note})" if note else "")
+            with _deferred_ctrl_c(self.interruptible) as self._stop:
+                for _ in range(epochs):
+                    self._epoch(batches, step, evaluate, loss_key, per, fields or {}, f" ({note})" if note else "")
+                    self._stop_if_asked()
         except KeyboardInterrupt:
             if not self.interruptible:
                 raise
@@ -88,6 +95,10 @@ class EpochLoop:
             log.warning("interrupted: keeping the best model so far (epoch %d)", self.best_epoch)
             return False
         return True
+
+    def _stop_if_asked(self) -> None:
+        if self._stop[0]:
+            raise KeyboardInterrupt
 
     def sum_of(self, index: int) -> np.ndarray | None:
         """The running sum of the iterates of ``params[index]`` (None without averaging), for a trainer whose
@@ -137,6 +148,7 @@ class EpochLoop:
             self.done += 1
             if self.on_batch is not None:
                 self.on_batch(self.done, self.total_batches)
+            self._stop_if_asked()  # here, where the sums and the count of iterates agree
         current = self._current()
         entry: dict[str, Any] = {"epoch": self.epoch, **fields, loss_key: total / per,
                                  "seconds": time.perf_counter() - t0}
@@ -149,6 +161,32 @@ class EpochLoop:
         if score is not None and score > self.best_score:
             self.best = [c.copy() for c in current]
             self.best_score, self.best_epoch = score, self.epoch
+
+
+@contextlib.contextmanager
+def _deferred_ctrl_c(active: bool) -> Iterator[list[bool]]:
+    """While an interruptible loop runs: a first Ctrl-C only sets the flag it yields, which the loop turns into
+    ``KeyboardInterrupt`` after the current batch's bookkeeping or the current evaluation, so that the unfinished
+    epoch's sums and its count of iterates agree (a step may add its iterate to the sum itself: ``sum_of``); a
+    second Ctrl-C interrupts at once. Only where Python's own handler is installed, in the main thread (signals
+    are delivered there); elsewhere Ctrl-C raises where it lands, as before."""
+    flag = [False]
+    if (not active or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield flag
+        return
+
+    def note(signum: int, frame: Any) -> None:
+        if flag[0]:
+            raise KeyboardInterrupt
+        flag[0] = True
+        log.warning("Ctrl-C: stopping after this batch or evaluation (Ctrl-C again to stop now)")
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def dev_or_loss(dev_score: Callable[[np.ndarray], float] | None,

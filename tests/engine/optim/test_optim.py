@@ -3,6 +3,7 @@ formulas; the loop's averaging, best epoch, unscored epochs, Ctrl-C and callback
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import numpy as np
@@ -124,6 +125,43 @@ def test_ctrl_c_keeps_the_best_or_the_start_and_is_raised_when_not_interruptible
     assert result.interrupted and result.best_epoch == 0 and result.params[0][0] == 0.0  # the start
     with pytest.raises(KeyboardInterrupt):
         _counting_loop(True, [1.0], on_batch=early)
+
+
+def _summing_loop(signals_at: dict[int, int]) -> EpochLoop:
+    """An interruptible averaging loop over 3 epochs of 3 batches whose step adds its iterate (1, 2, 3, ...) to
+    the loop's sum itself (``sum_of``) and then sends itself ``signals_at[k]`` SIGINTs at its k-th step."""
+    w = np.zeros(1)
+    loop = EpochLoop([w], total_batches=9, total_epochs=3, average=True, interruptible=True)
+    total = loop.sum_of(0)
+    assert total is not None
+    count = [0]
+
+    def step(_: int) -> float:
+        count[0] += 1
+        w[0] += 1.0
+        total[0] += w[0]
+        for _ in range(signals_at.get(count[0], 0)):
+            signal.raise_signal(signal.SIGINT)
+        return 0.0
+
+    loop.run(3, lambda: range(3), step, lambda current, entry: None)
+    return loop
+
+
+def test_ctrl_c_in_a_step_stops_after_its_bookkeeping_so_the_partial_mean_counts_its_iterate() -> None:
+    """Ctrl-C lands after the step added its iterate to the sum and before the loop counted it: the partial
+    epoch's mean is still the mean of the iterates it holds (4 and 5, not 9 over one), and no later batch ran."""
+    loop = _summing_loop({5: 1})
+    result = loop.result()
+    assert result.interrupted and result.partial is not None
+    assert loop.done == 5 and loop.steps == 2 and result.partial[0][0] == 4.5
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Python's handler is back
+
+
+def test_a_second_ctrl_c_stops_at_once() -> None:
+    loop = _summing_loop({2: 2})
+    assert loop.result().interrupted and loop.done == 1  # the step's bookkeeping never ran
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_settings_are_checked() -> None:
