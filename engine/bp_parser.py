@@ -78,7 +78,7 @@ class BPParser:
     link_labels: LinkLabels | None = None  # label-aware LINK factors (None: labels from ``labeler`` afterwards)
     _scorer: ArcScorer | None = field(default=None, repr=False, compare=False)
     _blocks: tuple[np.ndarray, list[np.ndarray]] | None = field(default=None, repr=False, compare=False)
-    _factor_block: tuple[np.ndarray, np.ndarray, dict[str, UposTable | None]] | None = field(
+    _factor_block: tuple[np.ndarray, np.ndarray, dict[str, UposTable | None] | None] | None = field(
         default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -86,26 +86,27 @@ class BPParser:
             self.labeler = self.link_labels  # labels come from the graph's own role model
 
     def factor_weights(self) -> tuple[np.ndarray, int]:
-        """The weights the higher-order factors read and the offset of their block in them. A loaded model's
-        (read-only) weights give their higher-order block alone in the narrowest type that holds it exactly
-        (float16 for a model stored so, else float32: 8-17 MB for the shipped models instead of 34, so that
-        the lookups stay in cache; the sums are float64 and the same); other weights are read as they are."""
+        """The weights the higher-order factors read and the offset of their block in them: a loaded model's (read-only)
+        higher-order block alone, in the narrowest type that holds it exactly (float16 or float32: 8-17 MB for the
+        shipped models instead of 34, so lookups stay in cache; the sums are float64 and the same), else as they are."""
         weights = kernel_array(self, "weights")
         if weights.flags.writeable:
             return weights, self.first_dim
         if self._factor_block is None or self._factor_block[0] is not weights:
             narrow = narrowest_exact(weights[self.first_dim:])
             narrow.flags.writeable = False
-            self._factor_block = (weights, narrow, {k: upos_table(k, t, narrow) for k, t in self.templates.items()})
+            self._factor_block = (weights, narrow, None)
         return self._factor_block[1], 0
 
     def upos_tables(self) -> dict[str, UposTable | None] | None:
-        """Per family, a loaded model's UPOS-only higher-order templates summed once (``engine.scoring.
+        """Per family, a loaded model's UPOS-only higher-order templates summed on first use (``engine.scoring.
         upos_triples``; float16 blocks only), which parse-time graphs look up; None for writable weights."""
-        if kernel_array(self, "weights").flags.writeable:
+        narrow, _ = self.factor_weights()
+        if self._factor_block is None or kernel_array(self, "weights").flags.writeable:
             return None
-        self.factor_weights()
-        assert self._factor_block is not None
+        if self._factor_block[2] is None:
+            tables = {k: upos_table(k, t, narrow) for k, t in self.templates.items()}
+            self._factor_block = (*self._factor_block[:2], tables)
         return self._factor_block[2]
 
     @property
@@ -117,8 +118,7 @@ class BPParser:
         """The first-order weight vectors the arc scorer reads (a loaded model's as stored): weights (or their
         K cluster blocks, kept, so that a scorer built for a read-only model's blocks keeps serving them),
         pruner."""
-        pruner = kernel_array(self, "pruner")
-        weights = kernel_array(self, "weights")
+        pruner, weights = kernel_array(self, "pruner"), kernel_array(self, "weights")
         if weights.flags.writeable and pruner is not None and pruner.dtype != np.float64:
             pruner = self.pruner  # trained weights beside a stored pruner: widen it once, not in every scorer
         first = [weights]
