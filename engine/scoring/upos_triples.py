@@ -51,8 +51,8 @@ WordCodes = dict[tuple[str, ...], np.ndarray]  # one sentence's ``attribute_code
 @dataclass(frozen=True)
 class UposTable:
     """One family's UPOS-only templates summed: ``values`` (32 V^3,) at ``((d * 8 + bin) V + ua) V ...`` for
-    direction code ``d``; ``rest``: the family's other templates, which a factor still hashes, in ``bits``
-    (the float16 block as uint16) past ``offset``."""
+    direction code ``d`` (8 bins: ``second_order.BINS``); ``rest``: the family's other templates, which a factor
+    still hashes, in ``bits`` (the float16 block as uint16) past ``offset``."""
 
     family: str
     values: np.ndarray  # (32 V^3,) float64
@@ -60,6 +60,7 @@ class UposTable:
     slots: np.ndarray  # (V,) the table index of each of ``codes``
     rest: tuple[TripleTemplate, ...]
     attrs: tuple[str, ...]  # the attributes ``rest`` reads, with "upos"
+    rest_tables: tuple[np.ndarray, np.ndarray, np.ndarray]  # ``template_tables(rest, attrs)``: seeds, roles, kinds
     bits: np.ndarray
     offset: int
 
@@ -75,20 +76,21 @@ class UposTable:
         if not np.array_equal(self.codes[at], upos):
             return None
         direction, dist = factor_context(self.family, *triples)
-        seeds, roles, kinds = template_tables(self.rest, self.attrs)
+        context = direction * _BIN_COUNT + dist % 16  # the table's first axis (``dist`` is direction * 16 + bin)
         dir_codes, dist_codes = context_codes()
         out = np.empty(triples.shape[1])
-        _scores_kernel(codes, seeds, roles, kinds, np.ascontiguousarray(triples, dtype=np.int64), direction, dist,
-                       dir_codes, dist_codes, self.slots[at], self.values, len(self.codes),
+        _scores_kernel(codes, *self.rest_tables, np.ascontiguousarray(triples, dtype=np.int64), direction, dist,
+                       context, dir_codes, dist_codes, self.slots[at], self.values, len(self.codes),
                        np.uint64(len(self.bits) - self.offset - 1), self.bits, self.offset, HALF_VALUES, out)
         return out
 
 
 @njit(cache=True, nogil=True)
 def _scores_kernel(codes: np.ndarray, seeds: np.ndarray, roles: np.ndarray, kinds: np.ndarray, triples: np.ndarray,
-                   direction: np.ndarray, dist: np.ndarray, dir_codes: np.ndarray, dist_codes: np.ndarray,
-                   slots: np.ndarray, values: np.ndarray, v: int, modulus: np.uint64, bits: np.ndarray, offset: int,
-                   decode: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+                   direction: np.ndarray, dist: np.ndarray, context: np.ndarray, dir_codes: np.ndarray,
+                   dist_codes: np.ndarray, slots: np.ndarray, values: np.ndarray, v: int, modulus: np.uint64,
+                   bits: np.ndarray, offset: int, decode: np.ndarray,
+                   out: np.ndarray) -> None:  # pragma: no cover - compiled
     """``out[i]``: the table entry of factor i plus the weights of the other templates' features, each
     ``offset + 1 + hash % modulus`` with the hash of ``triple_row`` (``extract_triples``' indices)."""
     f = triples.shape[1]
@@ -98,7 +100,7 @@ def _scores_kernel(codes: np.ndarray, seeds: np.ndarray, roles: np.ndarray, kind
         ctx[2, i] = dist_codes[dist[i]]
     x = np.empty(len(seeds), dtype=np.uint64)
     for i in range(f):
-        cell = (direction[i] * 8 + dist[i] % 16) * v + slots[triples[0, i]]
+        cell = context[i] * v + slots[triples[0, i]]
         acc = values[(cell * v + slots[triples[1, i]]) * v + slots[triples[2, i]]]
         triple_row(codes, seeds, roles, kinds, triples, ctx, i, 0, x)
         for k in range(len(seeds)):
@@ -132,6 +134,7 @@ def upos_table(family: str, templates: Sequence[TripleTemplate], weights: np.nda
     feats = hashed((codes[:, None], seeds, roles, kinds, positions, ctx), len(weights) - offset) + offset
     values = np.asarray(weights[feats], dtype=np.float64).sum(axis=1)
     rest = tuple(t for t in templates if not upos_only(t))
+    attrs = tuple(sorted({"upos", *template_attributes(rest)}))
     order = np.argsort(codes)
-    return UposTable(family, values, codes[order], order, rest,
-                     tuple(sorted({"upos", *template_attributes(rest)})), weights.view(np.uint16), offset)
+    return UposTable(family, values, codes[order], order, rest, attrs, template_tables(rest, attrs),
+                     weights.view(np.uint16), offset)
