@@ -93,7 +93,7 @@ def _copy_deltas(tokens: _Tokens, triples: np.ndarray) -> None:
 def _labeller(tokens: _Tokens) -> None:
     """The log-linear labeller's kernels (template hashing, distinct rows, row scores) for its weight types."""
     heads = [np.array([-1, 2, 0, 2])]
-    for dtype in (np.float32, np.float64):
+    for dtype in (np.float16, np.float32, np.float64):  # float16: a loaded model's, as stored
         first = LogLinearLabeler(["det", "root", "obj"], np.zeros((1 << 4, 3), dtype=dtype))
         stacked = LogLinearLabeler(["det", "root", "obj"], np.zeros((1 << 4, 3), dtype=dtype),
                                    [*DEFAULT_TEMPLATES, *CONTEXT_TEMPLATES], context=first)
@@ -132,10 +132,11 @@ def warm_up() -> float:
     table.scores(tokens[0], triples)
     _copy_deltas(tokens[0], triples)
     _labeller(tokens[0])
-    for dtype in (np.float32, np.float64):  # the tokenizer's, lemmatizer's and morphological tagger's scores
+    for dtype in (np.float16, np.float32, np.float64):  # the tokenizer's, lemmatizer's and morph tagger's scores
         HashedLogLinear(np.array([5], dtype=np.uint64), np.zeros((2, 3), dtype=dtype)).scores(
             np.array([[5, 6]], dtype=np.uint64))
-    row_sums(np.zeros((2, 3), dtype=np.float32), np.zeros((1, 2), dtype=np.int32), np.zeros((1, 3)))  # the tagger's
+    for dtype in (np.float16, np.float32):  # the tagger's emission sums (a loaded model's float16, a trained float32)
+        row_sums(np.zeros((2, 3), dtype=dtype), np.zeros((1, 2), dtype=np.int32), np.zeros((1, 3)))
     CodeIndex(np.array([1, 5], dtype=np.uint64)).positions(np.array([5, 2], dtype=np.uint64))  # and its feature ids
     allowed = np.array([[True, False], [True, True], [True, True]])
     TagLink(2, np.array([0, 1]), np.array([1, 2]), np.zeros((2, 2, 2)), allowed).propagate(

@@ -57,6 +57,7 @@ from engine.features.labeler_features import (  # noqa: F401 (templates re-expor
     touched_design,
 )
 from engine.features.labeler_kernel import row_scores, unique_rows
+from engine.model.widen import finite_half
 from engine.optim import AdaGrad, EpochLoop
 from engine.text.jackknife import fold_bounds  # contiguous folds, as for the tagger
 
@@ -97,6 +98,8 @@ def _design(ids: np.ndarray, columns: int) -> sparse.csr_matrix:
 
 def label_scores(weights: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """(N, n_labels) scores: the sum of the weight rows of each arc's features (a sparse-dense product)."""
+    if weights.dtype == np.float16:  # a loaded model's weights as stored: summed in float32, as trained
+        weights = weights.astype(np.float32)
     return _design(ids, weights.shape[0]) @ weights
 
 
@@ -108,7 +111,7 @@ def distinct_probabilities(weights: np.ndarray, ids: np.ndarray) -> tuple[np.nda
     if not len(ids):
         return _softmax(label_scores(weights, ids)), np.zeros(0, dtype=np.int64)
     first, inverse = unique_rows(ids)
-    if weights.dtype in (np.float32, np.float64) and weights.flags.c_contiguous:
+    if weights.dtype in (np.float16, np.float32, np.float64) and weights.flags.c_contiguous:
         return _softmax(row_scores(weights, ids, first)), inverse
     return _softmax(label_scores(weights, ids[first])), inverse
 
@@ -372,8 +375,8 @@ class LogLinearLabeler:
             if weights.dtype not in (np.float16, np.float32, np.float64) or weights.shape != shape:
                 raise ValueError(f"weights {weights.dtype} {weights.shape} do not match "
                                  f"{meta['buckets']} buckets x {len(labels)} labels")
-            weights = weights.astype(np.float32) if weights.dtype == np.float16 else weights  # (exact)
-            if not np.isfinite(weights).all():  # (after widening: several times faster on float32)
+            # float16 weights stay as stored (the kernels read them exactly, ``row_scores``), their bits tested
+            if not (finite_half(weights) if weights.dtype == np.float16 else np.isfinite(weights).all()):
                 raise ValueError("weights are not all finite")
             context = None
             if meta.get("context") is not None:

@@ -32,6 +32,7 @@ from engine.features.extract import (
     direction_distance,
 )
 from engine.hashing import hash_string, hash_strings, mix_pair
+from engine.model.widen import HALF_VALUES
 from engine.text.tag_candidates import first_candidates_are
 
 _DEP_SEED = np.uint64(0x51ED27)
@@ -191,7 +192,6 @@ def _listed_kernel(heads: np.ndarray, deps: np.ndarray, contexts: np.ndarray, be
         out[j] = acc
 
 
-HALF_VALUES = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64)
 
 
 @lru_cache(maxsize=32)

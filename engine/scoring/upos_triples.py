@@ -39,7 +39,7 @@ from engine.features.second_order import (
     triple_row,
 )
 from engine.hashing import hash_strings
-from engine.scoring.fused import HALF_VALUES
+from engine.model.widen import HALF_VALUES
 
 FAMILIES = ("grand", "sib")  # four direction codes each (``second_order.factor_context``)
 _DIRECTIONS = 4

@@ -18,14 +18,24 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit  # type: ignore[import-untyped]
 
+from engine.model.widen import HALF_VALUES, finite_half
 from engine.optim import AdaGrad, EpochLoop
 
 log = logging.getLogger(__name__)
 
 
-@njit(cache=True, nogil=True)
 def row_sums(weights: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
-    """``out[i] += weights[rows[i, 0]] + weights[rows[i, 1]] + ...`` in float64, one feature after another."""
+    """``out[i] += weights[rows[i, 0]] + weights[rows[i, 1]] + ...`` in float64, one feature after another.
+    float16 weights (a loaded model's, as stored) are read through ``HALF_VALUES``: the same sums as widening
+    them first, bit for bit, without the widened copy."""
+    if weights.dtype == np.float16:
+        _half_row_sums(np.ascontiguousarray(weights).view(np.uint16), HALF_VALUES, rows, out)
+    else:
+        _row_sums(weights, rows, out)
+
+
+@njit(cache=True, nogil=True)
+def _row_sums(weights: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
     for i in range(rows.shape[0]):
         for f in range(rows.shape[1]):
             r = rows[i, f]
@@ -33,9 +43,20 @@ def row_sums(weights: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
                 out[i, k] += weights[r, k]
 
 
+@njit(cache=True, nogil=True)
+def _half_row_sums(bits: np.ndarray, decode: np.ndarray, rows: np.ndarray,
+                   out: np.ndarray) -> None:  # pragma: no cover - compiled
+    for i in range(rows.shape[0]):
+        for f in range(rows.shape[1]):
+            r = rows[i, f]
+            for k in range(bits.shape[1]):
+                out[i, k] += decode[bits[r, k]]
+
+
 @dataclass
 class HashedLogLinear:
-    """``keys`` sorted uint64 (D,), ``weights`` float32 (D + 1, K); row D is the rare/unseen feature."""
+    """``keys`` sorted uint64 (D,), ``weights`` float32 (D + 1, K; a loaded model's float16 as stored); row D is
+    the rare/unseen feature."""
 
     keys: np.ndarray
     weights: np.ndarray
@@ -72,7 +93,7 @@ class HashedLogLinear:
         weights added in float64 in feature order (``row_sums``: what ``weights[rows].sum(axis=1,
         dtype=np.float64)`` computes, without its (N, F, K) temporary)."""
         out = np.zeros((feats.shape[0], self.n_classes), dtype=np.float64)
-        weights = np.ascontiguousarray(self.weights if self.weights.dtype in (np.float32, np.float64)
+        weights = np.ascontiguousarray(self.weights if self.weights.dtype in (np.float16, np.float32, np.float64)
                                        else self.weights.astype(np.float64))
         for a in range(0, feats.shape[0], block):
             row_sums(weights, self.rows(feats[a:a + block]), out[a:a + block])
@@ -92,10 +113,12 @@ class HashedLogLinear:
             raise ValueError(f"missing array {e.args[0]!r}") from None
         if keys.dtype != np.uint64 or keys.ndim != 1 or np.any(keys[1:] <= keys[:-1]):
             raise ValueError(f"{prefix}_keys must be a strictly increasing uint64 vector")
-        if weights.ndim != 2 or weights.shape != (len(keys) + 1, n_classes) or not np.all(np.isfinite(weights)):
+        finite = finite_half(weights) if weights.dtype == np.float16 else np.all(np.isfinite(weights))
+        if weights.ndim != 2 or weights.shape != (len(keys) + 1, n_classes) or not finite:
             raise ValueError(f"{prefix}_weights must be finite with shape ({len(keys) + 1}, {n_classes}), "
                              f"got {weights.shape}")
-        return cls(keys, weights.astype(np.float32, copy=False))
+        # float16 (stored) weights are kept as they are: ``row_sums`` reads them exactly
+        return cls(keys, weights if weights.dtype == np.float16 else weights.astype(np.float32, copy=False))
 
     @classmethod
     def train(

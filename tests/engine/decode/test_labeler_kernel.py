@@ -175,6 +175,12 @@ def test_unique_rows_and_probabilities_per_distinct_row() -> None:
         np.testing.assert_array_equal(row_scores(weights, ids, first), label_scores(weights, ids[first]))
         np.testing.assert_array_equal(label_probabilities(weights, ids), _softmax(label_scores(weights, ids)))
         assert label_probabilities(weights, ids[:0]).shape == (0, 11)
+    half = (30 * rng.standard_normal((1 << 10, 11))).astype(np.float16)  # a loaded model's, read as stored
+    scores = row_scores(half, ids, first)
+    assert scores.dtype == np.float32  # summed in float32, as the widened weights are
+    np.testing.assert_array_equal(scores, row_scores(half.astype(np.float32), ids, first))
+    np.testing.assert_array_equal(scores, label_scores(half, ids[first]))
+    np.testing.assert_array_equal(label_probabilities(half, ids), label_probabilities(half.astype(np.float32), ids))
     strided = np.asfortranarray(weights)  # not C-contiguous: scipy's product
     np.testing.assert_array_equal(label_probabilities(strided, ids), _softmax(label_scores(weights, ids)))
 

@@ -12,7 +12,7 @@ import pytest
 
 from engine.bp_parser import BPParser
 from engine.data.conllu_io import read_conllu
-from engine.model.widen import Stored, Widened, is_widened, kernel_array
+from engine.model.widen import HALF_VALUES, HALF_VALUES32, Stored, Widened, finite_half, is_widened, kernel_array
 from engine.parser import FirstOrderParser
 from engine.pipeline import Pipeline
 
@@ -67,3 +67,22 @@ def test_a_loaded_model_parses_without_widening_and_as_the_widened_weights_do(na
         assert np.array_equal(a.heads, b.heads) and a.deprels == b.deprels
         assert np.array_equal(a.marginals, b.marginals) and np.array_equal(a.label_probs, b.label_probs)
         assert a.log_partition == b.log_partition
+
+
+def test_half_values_and_finiteness_of_every_float16_bit_pattern() -> None:
+    """The decoding tables hold each float16 pattern's value (NaNs as NaN), and ``finite_half`` is
+    ``np.isfinite`` on every pattern alone and on arrays with one non-finite entry anywhere."""
+    every = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    finite = np.isfinite(every)
+    np.testing.assert_array_equal(HALF_VALUES[finite], every[finite].astype(np.float64))
+    np.testing.assert_array_equal(HALF_VALUES32[finite], every[finite].astype(np.float32))
+    assert np.isnan(HALF_VALUES[~finite & np.isnan(every)]).all() and np.isinf(HALF_VALUES[np.isinf(every)]).all()
+    assert [finite_half(every[i:i + 1]) for i in range(len(every))] == finite.tolist()
+    assert finite_half(every[finite].reshape(-1, 4)[:, ::2])  # strided: read through a contiguous copy
+    grid = np.zeros((40, 7), dtype=np.float16)
+    for bad in (np.inf, -np.inf, np.nan):
+        for at in ((0, 0), (17, 3), (39, 6)):
+            g = grid.copy()
+            g[at] = bad
+            assert not finite_half(g)
+    assert finite_half(grid) and finite_half(np.zeros(0, dtype=np.float16))

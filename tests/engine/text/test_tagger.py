@@ -208,6 +208,15 @@ def test_state_round_trip(ewt_tagger) -> None:
         assert (a.upos, a.xpos) == (b.upos, b.xpos)
         np.testing.assert_array_equal(a.upos_marginals, b.upos_marginals)
         np.testing.assert_array_equal(a.xpos_marginals, b.xpos_marginals)
+    stored = dict(arrays_, **{k: arrays_[k].astype(np.float16) for k in ("upos_emission", "xpos_emission")})
+    half = Tagger.from_state(meta, stored)  # as a pipeline stores them: kept as float16, read exactly
+    assert half.crf.upos_emission.dtype == half.crf.xpos_emission.dtype == np.float16
+    widened = Tagger.from_state(meta, {k: v.astype(np.float32) if v.dtype == np.float16 else v
+                                       for k, v in stored.items()})
+    for a, b in zip(half.tag(dev[:80]), widened.tag(dev[:80]), strict=True):
+        assert (a.upos, a.xpos) == (b.upos, b.xpos)
+        np.testing.assert_array_equal(a.upos_marginals, b.upos_marginals)
+        np.testing.assert_array_equal(a.xpos_marginals, b.xpos_marginals)
     for name in ("upos_emission", "xpos_emission"):  # as a pipeline stores them (float16), with one inf
         half = arrays_[name].astype(np.float16)
         half[5, 1] = np.inf
