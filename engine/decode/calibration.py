@@ -117,10 +117,98 @@ def calibrated_top(probs: np.ndarray, power: float) -> np.ndarray:
 
 
 def calibrated_all(parsed: Sequence[ParsedSentence], powers: dict[str, Any] | None) -> list[ParsedSentence]:
-    """``calibrated`` with a model's calibration (``manifest_calibration``; None: none, every power 1)."""
+    """``[calibrated(p, ...) for p in parsed]`` with a model's calibration (``manifest_calibration``; None: none,
+    every power 1), computed over all the parses at once: the tag and label maps on every word together, the
+    head map on the stacked marginals of the sentences of each length. Each value is computed by the same
+    element-wise operations and reductions along the same rows as ``calibrated`` (equal to it, tested), with
+    a few numpy calls per batch instead of a dozen per sentence (0.36 s of EWT dev's 2,001 sentences before)."""
     given = powers or {}
     head, label, tree, upos = (float(given.get(key, DEFAULT_POWER)) for key in POWER_KEYS)
-    return [calibrated(p, head, label, tree, given.get(KEY), upos) for p in parsed]
+    knots = given.get(KEY)
+    todo = [p for p in parsed if p.marginals is not None]
+    diags: list[dict[str, Any]] = [dict(p.diagnostics or {}) for p in todo]
+    fields: list[dict[str, Any]] = [{} for _ in todo]
+    _tags_all(todo, upos, diags, fields)
+    if head != 1.0 or knots is not None:
+        _heads_all(todo, head, knots, diags, fields)
+    if label != 1.0:
+        _labels_all(todo, label, diags, fields)
+    done = []
+    for p, f, d in zip(todo, fields, diags, strict=True):
+        out = replace(p, **f, diagnostics=d)
+        p_tree, source = tree_confidence(out, tree)
+        errors = float((1.0 - np.asarray(out.head_probs, dtype=np.float64)).sum())
+        d.update({"p_tree": p_tree, "p_tree_source": source, "expected_errors": errors})  # out's own dict
+        done.append(out)
+    kept = iter(done)
+    return [next(kept) if p.marginals is not None else p for p in parsed]
+
+
+def _split(values: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
+    return np.split(values, np.cumsum(sizes)[:-1]) if sizes else []
+
+
+def _tags_all(parsed: list[ParsedSentence], power: float, diags: list[dict[str, Any]],
+              fields: list[dict[str, Any]]) -> None:
+    """``calibrated_tags`` of every joint parse: one ``powered`` over all their words' UPOS distributions."""
+    if power == 1.0:
+        return
+    which = [k for k, p in enumerate(parsed) if p.upos is not None and diags[k].get("upos_marginals") is not None]
+    for labels in {tuple(diags[k]["upos_marginals"][0]) for k in which}:  # one model: one label set
+        group = [k for k in which if tuple(diags[k]["upos_marginals"][0]) == labels]
+        dist = powered(np.concatenate([np.asarray(diags[k]["upos_marginals"][1], dtype=np.float64) for k in group]),
+                       power, axis=1)
+        column = {tag: c for c, tag in enumerate(labels)}
+        chosen = [column[t] for k in group for t in parsed[k].upos or []]
+        sizes = [len(parsed[k].upos or []) for k in group]
+        probs = dist[np.arange(len(dist)), chosen]
+        for k, d, q in zip(group, _split(dist, sizes), _split(probs, sizes), strict=True):
+            diags[k].update({"upos_marginals": (diags[k]["upos_marginals"][0], d), "upos_power": power,
+                             "model_upos_probs": parsed[k].upos_probs})
+            fields[k]["upos_probs"] = q
+
+
+def _heads_all(parsed: list[ParsedSentence], power: float, knots: tuple[np.ndarray, np.ndarray] | None,
+               diags: list[dict[str, Any]], fields: list[dict[str, Any]]) -> None:
+    """``calibrated``'s head map (the power, then the isotonic stage) of the sentences of each length at once:
+    ``powered`` down the stacked columns, ``remap_chosen``'s arithmetic on the stacked chosen heads."""
+    by_length: dict[int, list[int]] = {}
+    for k, p in enumerate(parsed):
+        by_length.setdefault(len(p.heads), []).append(k)
+    for n1, group in by_length.items():
+        stack = np.array([parsed[k].marginals for k in group], dtype=np.float64)
+        if power != 1.0:
+            stack[:, :, 1:] = powered(stack[:, :, 1:], power, axis=1)
+        b = np.arange(len(group))[:, None]
+        m = np.arange(1, n1)[None, :]
+        heads = np.array([parsed[k].heads[1:] for k in group], dtype=np.int64).reshape(len(group), n1 - 1)
+        chosen = stack[b, heads, m]
+        if knots is not None:
+            g = np.interp(chosen, *knots)
+            rest = 1.0 - chosen
+            movable = rest > 1e-12
+            g = np.where(movable, g, chosen)
+            stack[:, :, 1:] *= np.where(movable, (1.0 - g) / np.where(movable, rest, 1.0), 1.0)[:, None, :]
+            stack[b, heads, m] = g
+        for j, k in enumerate(group):
+            diags[k].update({"head_power": power, "model_head_probs": parsed[k].head_probs,
+                             "power_head_probs": chosen[j]})
+            fields[k].update(marginals=stack[j], head_probs=stack[j][heads[j], m[0]])
+
+
+def _labels_all(parsed: list[ParsedSentence], power: float, diags: list[dict[str, Any]],
+                fields: list[dict[str, Any]]) -> None:
+    """``calibrated_top`` of every parse's label probabilities (the parses that have some) at once."""
+    which = [k for k, p in enumerate(parsed) if len(p.label_probs)]
+    if not which:
+        return
+    sizes = [len(parsed[k].label_probs) for k in which]
+    mapped = calibrated_top(np.concatenate([np.asarray(parsed[k].label_probs, dtype=np.float64) for k in which]),
+                            power)
+    for k, q in zip(which, _split(mapped, sizes), strict=True):
+        diags[k]["label_power"] = power
+        fields[k]["label_probs"] = q
+
 
 
 def model_probabilities(parsed: ParsedSentence) -> tuple[np.ndarray, np.ndarray]:

@@ -17,6 +17,7 @@ from engine.cli import main
 from engine.decode.calibration import (
     ChosenHeads,
     calibrated,
+    calibrated_all,
     calibrated_marginals,
     check_power,
     chosen_head_brier,
@@ -152,3 +153,59 @@ def test_a_bad_stored_power_is_refused_at_load(trained: tuple[Path, Path, dict],
     update_manifest(model, {"inference": {"tag_average": "modes"}})
     with pytest.raises(ModelError, match="tag_average"):
         Pipeline.load(model)
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal values, arrays equal bit for bit (NaN too), dicts with the same keys in the same order."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.shape(a) == np.shape(b) and np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_calibrating_a_batch_equals_calibrating_each_parse(seed: int) -> None:
+    """``calibrated_all`` (the maps over all parses at once, the heads stacked by length) gives what
+    ``calibrated`` gives each parse, bit for bit: sentences of 1-9 words with lengths repeated, a parse without
+    marginals, joint parses with their UPOS distributions next to parses without, a parse without label
+    probabilities, chosen heads of probability 1 (not movable), with and without the isotonic stage and with
+    every power 1 (nothing mapped)."""
+    rng = np.random.default_rng(seed)
+    labels = ["NOUN", "VERB", "ADJ", "DET"]
+    parses = []
+    for k, n in enumerate([3, 1, 5, 3, 9, 5, 3, 2, 9, 1, 4]):
+        raw = rng.dirichlet(np.full(n + 1, 0.4), size=n).T
+        raw[rng.random(raw.shape) < 0.2] = 0.0
+        raw[0, :] += 1e-3
+        marginals = np.zeros((n + 1, n + 1))
+        marginals[:, 1:] = raw / raw.sum(axis=0)
+        if k == 2:
+            marginals[:, 1] = 0.0
+            marginals[0, 1] = 1.0  # a certain head: not movable by the isotonic stage
+        parse = _parse(marginals)
+        parse.label_probs = rng.uniform(0.05, 1.0, n) if k != 4 else np.zeros(0)
+        parse.diagnostics = {"iterations": k}
+        if k % 3 != 1:  # a joint parse: its tags and their distributions
+            dist = rng.dirichlet(np.ones(len(labels)), size=n)
+            parse.upos = [labels[int(i)] for i in dist.argmax(axis=1)]
+            parse.upos_probs = dist.max(axis=1)
+            parse.diagnostics["upos_marginals"] = (labels, dist)
+        parses.append(parse)
+    parses.insert(3, ParsedSentence(np.array([-1, 0, 1]), np.array([0.7, 0.4]), None, None, ["dep"] * 2,
+                                    np.ones(2)))
+    knots = (np.array([0.0, 0.3, 0.8, 1.0]), np.array([0.0, 0.2, 0.85, 1.0]))
+    for powers in ({"head_power": 0.7, "label_power": 1.3, "tree_power": 0.6, "upos_power": 0.85,
+                    "head_isotonic": knots},
+                   {"head_power": 1.6, "label_power": 0.9, "tree_power": 1.0, "upos_power": 1.0},
+                   {"head_power": 1.0, "upos_power": 0.5, "head_isotonic": knots}, None):
+        given = powers or {}
+        one = [calibrated(p, *(float(given.get(key, 1.0)) for key in ("head_power", "label_power", "tree_power")),
+                          given.get("head_isotonic"), float(given.get("upos_power", 1.0))) for p in parses]
+        batch = calibrated_all(parses, powers)
+        assert batch[3] is parses[3]  # no marginals: as it was
+        for a, b in zip(batch, one, strict=True):
+            for name in ("heads", "head_probs", "marginals", "label_probs", "upos", "upos_probs", "diagnostics"):
+                assert _same(getattr(a, name), getattr(b, name)), (powers, name)
