@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -78,9 +79,14 @@ def attachment_scores(
 def tag_accuracy(gold: Sequence[Any], predicted: Sequence[Any], field: str = "upos") -> float:
     """Percent of words whose ``field`` (``upos`` or ``xpos``) in ``predicted`` equals the gold one (the same
     sentences and words)."""
-    pairs = [(g, p) for gs, ps in zip(gold, predicted, strict=True)
-             for g, p in zip(getattr(gs, field), getattr(ps, field), strict=True)]
-    return 100.0 * sum(g == p for g, p in pairs) / max(len(pairs), 1)
+    right = words = 0
+    for gs, ps in zip(gold, predicted, strict=True):
+        g, p = getattr(gs, field), getattr(ps, field)
+        if len(g) != len(p):
+            raise ValueError(f"gold and predicted sentences of {len(g)} and {len(p)} words")
+        right += sum(map(operator.eq, g, p))
+        words += len(g)
+    return 100.0 * right / max(words, 1)
 
 
 def confidence_scores(gold: Sequence[Any], pred_heads: Sequence[np.ndarray], pred_labels: Sequence[Sequence[str]],

@@ -95,7 +95,7 @@ def _ranges(sent: Sentence) -> dict[int, tuple[int, str]]:
     """First word (1-based) -> (last word, surface FORM) of each multiword token in ``sent.lines``."""
     out = {}
     for line in sent.lines:
-        if line.startswith("#"):
+        if line.startswith("#") or line.find("-", 0, line.find("\t")) < 0:  # not a range (no split: most lines)
             continue
         cols = line.split("\t", 2)
         if len(cols) >= 2 and "-" in cols[0]:
