@@ -24,6 +24,7 @@ from engine.cli_args import build_parser
 from engine.cli_args import given_settings as _given_settings  # noqa: F401  (tests import it from here)
 from engine.cli_parse import (
     UsageError,
+    bulk_collector,
     check_tag_samples,
     load_parser,
     resolve_tag_samples,
@@ -333,6 +334,7 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    bulk_collector()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     command = {"train": cmd_train, "train-component": cmd_train_component, "train-joint": cmd_train_joint,

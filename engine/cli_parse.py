@@ -11,6 +11,7 @@ before reading the next.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -34,6 +35,19 @@ from engine.model.store import ModelError
 from engine.pipeline import MAX_TAG_SAMPLES, Pipeline
 from engine.text.tag_candidates import CandidateSettings
 from engine.training.cluster import ordered_map
+
+# Python's cyclic collector at its default thresholds (700, 10, 10) ran six full collections during `evaluate`
+# of EWT dev with the default model, 0.5 s of a 10-12 s command (timed with gc.callbacks): a parse allocates
+# millions of short-lived containers, and each full collection walks every object alive. With a young generation
+# of 10,000 objects none ran and all collections together took 0.19 s. Garbage in cycles waits a little longer
+# to be freed; nothing else changes.
+GC_THRESHOLDS = (10_000, 10, 10)
+
+
+def bulk_collector() -> None:
+    """Set the collector's thresholds of a process that parses or trains in bulk (``GC_THRESHOLDS``): the
+    command line's commands and the service's parse processes."""
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 class UsageError(ValueError):

@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
+from engine.cli_parse import bulk_collector
 from service.parse_batch import Parsed, ParseWork, parse_works, respond_all, run_batch
 from service.registry import ModelEntry
 
@@ -78,6 +79,7 @@ def _serve(conn: Connection, entries: dict[ModelKey, ModelEntry], servers_ends: 
     signal.set_wakeup_fd(-1)  # the server's event loop's: a signal here must not wake (and stop) the server
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the server decides
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the server's handler, which would only flag a copy
+    bulk_collector()  # the collector's thresholds of bulk parsing (the objects of the fork are frozen already)
     while True:
         try:
             key, requests = conn.recv()

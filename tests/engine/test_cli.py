@@ -143,3 +143,20 @@ def test_parse_kbest_and_samples(tmp_path: Path, toy: Path) -> None:
         runs.append(path.read_text(encoding="utf-8"))
     assert runs[0] == runs[1] and runs[0].count("# sample_index = 4\n") == 10
     assert main(["parse", "--model", str(model), "--input", str(toy), "--kbest", "0"]) == 2
+
+
+def test_commands_run_with_the_bulk_collector_thresholds(tmp_path: Path) -> None:
+    """Every command sets the collector's thresholds of bulk work (``engine.cli_parse.GC_THRESHOLDS``: a young
+    generation large enough that a parse of EWT dev runs no full collection), and the setting holds after it."""
+    import gc
+
+    from engine.cli_parse import GC_THRESHOLDS
+
+    saved = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        assert main(["evaluate", "--model", str(tmp_path / "none"), "--data", str(tmp_path / "none.conllu")]) == 2
+        assert gc.get_threshold() == GC_THRESHOLDS
+        assert GC_THRESHOLDS[0] >= 10_000
+    finally:
+        gc.set_threshold(*saved)
