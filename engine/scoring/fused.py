@@ -257,22 +257,27 @@ def word_codes(attrs: Sequence[str], sentences: Sequence[Tokens]) -> tuple[np.nd
     index (B, n+1), -1 for none. Sentences that share their list of forms (copies of one sentence under other
     tags) hash the attributes of the forms once."""
     b, n1 = len(sentences), len(sentences[0].forms) + 1
-    codes = np.empty((b, n1, len(attrs)), dtype=np.uint64)
-    tagged = [j for j, a in enumerate(attrs) if a.split("_")[0] in ("upos", "xpos")]
-    worded = [j for j in range(len(attrs)) if j not in tagged]
     distinct: dict[int, Tokens] = {}  # one sentence per distinct list of forms (copies share their sentence's)
     for s in sentences:
         distinct.setdefault(id(s.forms), s)
-    if worded:
-        words = attribute_hashes_many(list(distinct.values()), [attrs[j] for j in worded])
-        position = {key: i for i, key in enumerate(distinct)}
-        codes[:, :, worded] = words[[position[id(s.forms)] for s in sentences]]
-    if tagged:
-        codes[:, :, tagged] = attribute_hashes_many(sentences, [attrs[j] for j in tagged])
-    tag_index = {t: i for i, t in enumerate(UPOS_TAGS)}
+    if len(distinct) == b:  # no copies: every attribute in one pass
+        codes = attribute_hashes_many(sentences, attrs)
+    else:
+        codes = np.empty((b, n1, len(attrs)), dtype=np.uint64)
+        tagged = [j for j, a in enumerate(attrs) if a.split("_")[0] in ("upos", "xpos")]
+        worded = [j for j in range(len(attrs)) if j not in tagged]
+        if worded:
+            words = attribute_hashes_many(list(distinct.values()), [attrs[j] for j in worded])
+            position = {key: i for i, key in enumerate(distinct)}
+            codes[:, :, worded] = words[[position[id(s.forms)] for s in sentences]]
+        if tagged:
+            codes[:, :, tagged] = attribute_hashes_many(sentences, [attrs[j] for j in tagged])
     tags = np.full((b, n1), -1, dtype=np.int64)
-    tags[:, 1:] = [[tag_index.get(t, -1) for t in s.upos] for s in sentences]
+    tags[:, 1:] = [[_TAG_INDEX.get(t, -1) for t in s.upos] for s in sentences]
     return codes, tags
+
+
+_TAG_INDEX = {t: i for i, t in enumerate(UPOS_TAGS)}
 
 
 class ArcScorer:
