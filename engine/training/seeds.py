@@ -11,7 +11,9 @@ best epoch (if it finished one), and ``interrupted`` is set.
 
 With a task map (``engine.training.tasks``, ``train --cluster``) the runs are independent Dask tasks, run at the
 same time on the workers; each computes exactly what the same run computes here, and the mean is taken over the
-runs in seed order as here, so the weights are bit for bit the sequential ones. Ctrl-C then cancels the tasks
+runs in seed order as here, so the weights are the sequential ones: bit for bit in the tests and on 2,000 EWT
+sentences, while on all of EWT train 50 of 4.2M stored weights differed by at most 3.7e-9, not traced yet
+(docs/results/cluster.md, 2026-11-28). Ctrl-C then cancels the tasks
 and stops the command without a model.
 """
 
