@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit  # type: ignore[import-untyped]
 
-from engine.model.widen import HALF_VALUES32
+from engine.model.widen import HALF_VALUES, HALF_VALUES32, weight_value
 
 _MUL = np.uint64(0x9E3779B97F4A7C15)
 _SHIFT = np.uint64(32)
@@ -131,17 +131,19 @@ def unique_rows(ids: np.ndarray, hash_mask: np.uint64 = _ALL_BITS) -> tuple[np.n
 
 
 @njit(cache=True, nogil=True)
-def add_row_scores(weights: np.ndarray, ids: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
+def add_row_scores(weights: np.ndarray, decode: np.ndarray, ids: np.ndarray, rows: np.ndarray,
+                   out: np.ndarray) -> None:  # pragma: no cover - compiled
     """``out[i] += `` the sum of the weight rows of the features of ``ids[rows[i]]`` (id 0, the null feature, left
-    out), added in the row's order in ``out``'s precision (``row_scores``; the label-aware LINK factors'
-    ``engine.scoring.link_labels`` adds float32 weights into float64)."""
+    out), added in the row's order; each weight read by ``weight_value`` in ``decode``'s precision (``weights``:
+    float16 bits, float32 or float64; ``row_scores``; the label-aware LINK factors' ``engine.scoring.link_labels``
+    adds float32 weights into float64)."""
     for i in range(len(rows)):
         r = rows[i]
         for j in range(ids.shape[1]):
             f = ids[r, j]
             if f != 0:
                 for k in range(weights.shape[1]):
-                    out[i, k] += weights[f, k]
+                    out[i, k] += weight_value(weights[f, k], decode)
 
 
 def row_scores(weights: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -149,28 +151,8 @@ def row_scores(weights: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> np.nda
     the null feature, left out), added in the row's order from 0 in the weights' precision, as scipy's
     sparse-dense product adds them (float16 weights, a loaded model's as stored: in float32, the precision
     they are trained and widened to, read through ``HALF_VALUES32`` without the widened copy)."""
-    if weights.dtype == np.float16:
-        out = np.zeros((len(rows), weights.shape[1]), dtype=np.float32)
-        _add_half_row_scores(np.ascontiguousarray(weights).view(np.uint16), HALF_VALUES32, ids, rows, out)
-        return out
-    return _row_scores(weights, ids, rows)
-
-
-@njit(cache=True, nogil=True)
-def _row_scores(weights: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:  # pragma: no cover
-    out = np.zeros((len(rows), weights.shape[1]), dtype=weights.dtype)
-    add_row_scores(weights, ids, rows, out)
+    decode: np.ndarray = HALF_VALUES if weights.dtype == np.float64 else HALF_VALUES32
+    table = np.ascontiguousarray(weights).view(np.uint16) if weights.dtype == np.float16 else weights
+    out = np.zeros((len(rows), weights.shape[1]), dtype=decode.dtype)
+    add_row_scores(table, decode, ids, rows, out)
     return out
-
-
-@njit(cache=True, nogil=True)
-def _add_half_row_scores(bits: np.ndarray, decode: np.ndarray, ids: np.ndarray, rows: np.ndarray,
-                         out: np.ndarray) -> None:  # pragma: no cover - compiled
-    """``add_row_scores`` of the float16 weights whose bits are ``bits``, each read as ``decode[bits]``."""
-    for i in range(len(rows)):
-        r = rows[i]
-        for j in range(ids.shape[1]):
-            f = ids[r, j]
-            if f != 0:
-                for k in range(bits.shape[1]):
-                    out[i, k] += decode[bits[f, k]]

@@ -19,12 +19,30 @@ import dataclasses
 from typing import Any, cast
 
 import numpy as np
+from numba import types  # type: ignore[import-untyped]
+from numba.extending import overload  # type: ignore[import-untyped]
 
 HALF_VALUES = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64)
 """The float64 value of each float16 bit pattern. Compiled kernels read a float16 array as stored, through its
 ``uint16`` view and this table (numba has no float16 type): each value is exact, so what they add up is what
 the widened array would give, without the widened copy."""
 HALF_VALUES32 = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)  # the same, in float32
+
+
+def weight_value(v, decode):  # type: ignore[no-untyped-def]  # a weight from its table entry, in compiled code
+    """In a compiled kernel: the weight that table entry ``v`` stands for, in the precision of ``decode``
+    (``HALF_VALUES`` or ``HALF_VALUES32``): ``decode[v]`` for float16 bits (an unsigned integer), else ``v`` itself
+    as a float of that precision."""
+    raise NotImplementedError  # pragma: no cover (compiled through the overload below)
+
+
+@overload(weight_value)
+def _weight_value(v, decode):  # type: ignore[no-untyped-def]
+    if isinstance(v, types.Integer):  # float16 bits
+        return lambda v, decode: decode[v]
+    if decode.dtype == types.float32:
+        return lambda v, decode: np.float32(v)
+    return lambda v, decode: np.float64(v)
 
 
 def finite_half(values: np.ndarray) -> bool:

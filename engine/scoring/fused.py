@@ -21,8 +21,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
-from numba import njit, types  # type: ignore[import-untyped]
-from numba.extending import overload  # type: ignore[import-untyped]
+from numba import njit  # type: ignore[import-untyped]
 
 from engine.features.extract import (
     UPOS_TAGS,
@@ -32,7 +31,7 @@ from engine.features.extract import (
     direction_distance,
 )
 from engine.hashing import hash_string, hash_strings, mix_pair
-from engine.model.widen import HALF_VALUES
+from engine.model.widen import HALF_VALUES, weight_value
 from engine.text.tag_candidates import first_candidates_are
 
 _DEP_SEED = np.uint64(0x51ED27)
@@ -57,17 +56,6 @@ def _halves(codes: np.ndarray, starts: np.ndarray, attrs: np.ndarray) -> np.ndar
                     x = mix_pair(x, codes[s, p, a])
                 out[s, p, t] = x
     return out
-
-
-def weight_value(v, decode):  # type: ignore[no-untyped-def]  # a weight from its table entry (see ArcScorer)
-    raise NotImplementedError  # pragma: no cover (compiled through the overload below)
-
-
-@overload(weight_value)
-def weight_value_impl(v, decode):  # type: ignore[no-untyped-def]
-    if isinstance(v, types.Integer):  # float16 bits
-        return lambda v, decode: decode[v]
-    return lambda v, decode: np.float64(v)
 
 
 @njit(cache=True, nogil=True)  # releases the GIL: the service's parse threads run it side by side

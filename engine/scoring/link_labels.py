@@ -31,6 +31,7 @@ import numpy as np
 
 from engine.features.labeler_features import DEFAULT_TEMPLATES, CompiledTemplates, Tokens, touched_design
 from engine.features.labeler_kernel import add_row_scores
+from engine.model.widen import HALF_VALUES
 from engine.scoring.hidden import marginalise_clusters
 
 # Atoms a template may read and still be a function of (h, m) alone.
@@ -119,7 +120,7 @@ class LinkLabels:
         if weights.dtype not in (np.float32, np.float64) or not weights.flags.c_contiguous:
             weights = np.ascontiguousarray(weights, dtype=np.float64)
         out = np.zeros((len(ids), weights.shape[1]))
-        add_row_scores(weights, np.ascontiguousarray(ids), np.arange(len(ids)), out)
+        add_row_scores(weights, HALF_VALUES, np.ascontiguousarray(ids), np.arange(len(ids)), out)
         return out
 
     # -- as a labeller of given trees (``engine.decode.labeler``): the same role distributions, read on the tree's

@@ -21,8 +21,7 @@ import numpy as np
 from numba import njit  # type: ignore[import-untyped]
 
 from engine.features.second_order import triple_row
-from engine.model.widen import HALF_VALUES
-from engine.scoring.fused import weight_value
+from engine.model.widen import HALF_VALUES, weight_value
 
 
 @njit(cache=True, nogil=True)  # releases the GIL: the service's parse threads run it side by side

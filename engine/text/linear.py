@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit  # type: ignore[import-untyped]
 
-from engine.model.widen import HALF_VALUES, finite_half
+from engine.model.widen import HALF_VALUES, finite_half, weight_value
 from engine.optim import AdaGrad, EpochLoop
 
 log = logging.getLogger(__name__)
@@ -28,29 +28,18 @@ def row_sums(weights: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
     """``out[i] += weights[rows[i, 0]] + weights[rows[i, 1]] + ...`` in float64, one feature after another.
     float16 weights (a loaded model's, as stored) are read through ``HALF_VALUES``: the same sums as widening
     them first, bit for bit, without the widened copy."""
-    if weights.dtype == np.float16:
-        _half_row_sums(np.ascontiguousarray(weights).view(np.uint16), HALF_VALUES, rows, out)
-    else:
-        _row_sums(weights, rows, out)
+    _row_sums(np.ascontiguousarray(weights).view(np.uint16) if weights.dtype == np.float16 else weights, HALF_VALUES,
+              rows, out)
 
 
 @njit(cache=True, nogil=True)
-def _row_sums(weights: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+def _row_sums(weights: np.ndarray, decode: np.ndarray, rows: np.ndarray,
+              out: np.ndarray) -> None:  # pragma: no cover - compiled
     for i in range(rows.shape[0]):
         for f in range(rows.shape[1]):
             r = rows[i, f]
             for k in range(weights.shape[1]):
-                out[i, k] += weights[r, k]
-
-
-@njit(cache=True, nogil=True)
-def _half_row_sums(bits: np.ndarray, decode: np.ndarray, rows: np.ndarray,
-                   out: np.ndarray) -> None:  # pragma: no cover - compiled
-    for i in range(rows.shape[0]):
-        for f in range(rows.shape[1]):
-            r = rows[i, f]
-            for k in range(bits.shape[1]):
-                out[i, k] += decode[bits[r, k]]
+                out[i, k] += weight_value(weights[r, k], decode)
 
 
 @dataclass
