@@ -210,7 +210,6 @@ def _labels_all(parsed: list[ParsedSentence], power: float, diags: list[dict[str
         fields[k]["label_probs"] = q
 
 
-
 def model_probabilities(parsed: ParsedSentence) -> tuple[np.ndarray, np.ndarray]:
     """The chosen heads' and labels' probabilities of a ``calibrated`` parse as the model gave them, before
     calibration: the heads' as ``calibrated`` recorded them (``diagnostics["model_head_probs"]``), the labels'
