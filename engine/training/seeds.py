@@ -11,9 +11,10 @@ best epoch (if it finished one), and ``interrupted`` is set.
 
 With a task map (``engine.training.tasks``, ``train --cluster``) the runs are independent Dask tasks, run at the
 same time on the workers; each computes exactly what the same run computes here, and the mean is taken over the
-runs in seed order as here, so the weights are the sequential ones: bit for bit in the tests and on 2,000 EWT
-sentences, while on all of EWT train 50 of 4.2M stored weights differed by at most 3.7e-9, not traced yet
-(docs/results/cluster.md, 2026-11-28). Ctrl-C then cancels the tasks
+runs in seed order as here, so the weights are bit for bit the sequential ones when both run BLAS on one thread,
+as Dask's workers do: a sequential command left at OpenBLAS's default thread count splits the matrix operations of
+long sentences differently (all of EWT train: 50 of 4.2M stored weights off by at most 3.7e-9;
+docs/results/cluster.md, 2026-11-28). Ctrl-C then cancels the tasks
 and stops the command without a model.
 """
 
