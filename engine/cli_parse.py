@@ -39,7 +39,7 @@ from engine.training.cluster import ordered_map
 # Python's cyclic collector at its default thresholds (700, 10, 10) ran six full collections during `evaluate`
 # of EWT dev with the default model, 0.5 s of a 10-12 s command (timed with gc.callbacks): a parse allocates
 # millions of short-lived containers, and each full collection walks every object alive. With a young generation
-# of 10,000 objects none ran and all collections together took 0.19 s. Garbage in cycles waits a little longer
+# of 10,000 objects none ran and all collections together took 0.18 s. Garbage in cycles waits a little longer
 # to be freed; nothing else changes.
 GC_THRESHOLDS = (10_000, 10, 10)
 

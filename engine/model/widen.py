@@ -11,6 +11,10 @@ and the field reads as ``array.astype(float64)`` (read-only) from its first read
 otherwise is kept as it is (the type checker sees the field as the float64 array it reads as).
 ``kernel_array(obj, name)`` is what the kernels read: the stored array while the field still holds the
 loaded value (whether it has been widened or not), else the assigned array itself.
+
+How compiled kernels read a stored float16 array without widening it: through its ``uint16`` view,
+``HALF_VALUES`` (or ``HALF_VALUES32``) and ``weight_value``, which reads float16 bits and float32/float64 entries
+alike; ``finite_half`` tests such an array for infinities and NaNs on its bits.
 """
 
 from __future__ import annotations
