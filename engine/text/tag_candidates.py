@@ -85,11 +85,26 @@ def _ranked(marginals: np.ndarray, best: np.ndarray, settings: CandidateSettings
     n, s = marginals.shape
     k = min(settings.k, s)
     others = np.where(np.arange(s)[None, :] == best[:, None], -1.0, marginals)
-    order = np.argsort(-others, axis=1, kind="stable")[:, : k - 1]
+    order = top_columns(others, k - 1)
     states = np.concatenate([best[:, None], order], axis=1)
     keep = np.concatenate([np.ones((n, 1), bool),
                            np.take_along_axis(others, order, axis=1) >= settings.min_marginal], axis=1)
     return states, keep
+
+
+def top_columns(values: np.ndarray, r: int) -> np.ndarray:
+    """``np.argsort(-values, axis=1, kind="stable")[:, :r]``: per row the columns of the ``r`` largest values, ties
+    in column order. For a few columns, ``r`` passes of ``argmax`` (the first of the largest) with the column taken
+    set to -inf: the same columns without sorting every row (150 ms a sort for 25,000 words of 102 tagger states)."""
+    if r > 8 or r > values.shape[1] or not np.isfinite(values).all():
+        return np.argsort(-values, axis=1, kind="stable")[:, :r]
+    work = np.array(values, dtype=np.float64)
+    rows = np.arange(len(work))
+    out = np.empty((len(work), r), dtype=np.intp)
+    for j in range(r):
+        out[:, j] = work.argmax(axis=1)
+        work[rows, out[:, j]] = -np.inf
+    return out
 
 
 def choose_states(marginals: np.ndarray, best: np.ndarray, settings: CandidateSettings,

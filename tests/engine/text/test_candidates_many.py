@@ -5,9 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.special import softmax
 
-from engine.text.tag_candidates import CandidateSettings, TagCandidates, candidates_many, choose_states, restrict
+from engine.text.tag_candidates import (
+    CandidateSettings,
+    TagCandidates,
+    candidates_many,
+    choose_states,
+    restrict,
+    top_columns,
+)
 
 
 def _same(got: TagCandidates | None, want: TagCandidates | None) -> None:
@@ -48,3 +57,21 @@ def test_a_chunk_at_once_equals_sentence_by_sentence(settings: CandidateSettings
         _same(together[r], want)
     if settings.k > 1 and 0.0 < settings.min_marginal < 1.0:
         assert len(set(widths)) > 1  # sentences of different widths were cut from the chunk's rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 30), st.integers(1, 12), st.integers(0, 14), st.integers(0, 2**32), st.booleans())
+def test_top_columns_are_the_stable_sorts_first_columns(n: int, s: int, r: int, seed: int, coarse: bool) -> None:
+    """``top_columns`` (repeated argmax) picks what the stable descending sort picks, ties (equal values, 0.0
+    and -0.0, the -1 of a word's best state) in column order, for every width; non-finite values take the sort."""
+    rng = np.random.default_rng(seed)
+    values = rng.random((n, s))
+    if coarse:  # many ties
+        values = np.round(values * 3) / 3
+        values[rng.random((n, s)) < 0.2] = -0.0
+    values[rng.random((n, s)) < 0.1] = -1.0
+    expected = np.argsort(-values, axis=1, kind="stable")[:, :r]
+    np.testing.assert_array_equal(top_columns(values, r), expected)
+    if n:
+        values[0, 0] = np.inf
+        np.testing.assert_array_equal(top_columns(values, r), np.argsort(-values, axis=1, kind="stable")[:, :r])
