@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit  # type: ignore[import-untyped]
 
-from engine.model.widen import HALF_VALUES, HALF_VALUES32, weight_value
+from engine.model.widen import HALF_VALUES, HALF_VALUES32, kernel_table, weight_value
 
 _MUL = np.uint64(0x9E3779B97F4A7C15)
 _SHIFT = np.uint64(32)
@@ -152,7 +152,6 @@ def row_scores(weights: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> np.nda
     sparse-dense product adds them (float16 weights, a loaded model's as stored: in float32, the precision
     they are trained and widened to, read through ``HALF_VALUES32`` without the widened copy)."""
     decode: np.ndarray = HALF_VALUES if weights.dtype == np.float64 else HALF_VALUES32
-    table = np.ascontiguousarray(weights).view(np.uint16) if weights.dtype == np.float16 else weights
     out = np.zeros((len(rows), weights.shape[1]), dtype=decode.dtype)
-    add_row_scores(table, decode, ids, rows, out)
+    add_row_scores(kernel_table(weights), decode, ids, rows, out)
     return out

@@ -14,7 +14,8 @@ loaded value (whether it has been widened or not), else the assigned array itsel
 
 How compiled kernels read a stored float16 array without widening it: through its ``uint16`` view,
 ``HALF_VALUES`` (or ``HALF_VALUES32``) and ``weight_value``, which reads float16 bits and float32/float64 entries
-alike; ``finite_half`` tests such an array for infinities and NaNs on its bits.
+alike (``kernel_table`` gives the array to pass); ``finite_half`` tests such an array for infinities and NaNs on
+its bits.
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ def _weight_value(v, decode):  # type: ignore[no-untyped-def]
     if decode.dtype == types.float32:
         return lambda v, decode: np.float32(v)
     return lambda v, decode: np.float64(v)
+
+
+def kernel_table(weights: np.ndarray) -> np.ndarray:
+    """What a compiled kernel reads through ``weight_value``: float16 weights as their ``uint16`` bits (contiguous),
+    any other array as it is."""
+    return np.ascontiguousarray(weights).view(np.uint16) if weights.dtype == np.float16 else weights
 
 
 def finite_half(values: np.ndarray) -> bool:

@@ -180,8 +180,6 @@ def _listed_kernel(heads: np.ndarray, deps: np.ndarray, contexts: np.ndarray, be
         out[j] = acc
 
 
-
-
 @lru_cache(maxsize=32)
 def _tables(extractor: FeatureExtractor) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray,
                                                   np.ndarray]:

@@ -31,7 +31,7 @@ import numpy as np
 
 from engine.features.labeler_features import DEFAULT_TEMPLATES, CompiledTemplates, Tokens, touched_design
 from engine.features.labeler_kernel import add_row_scores
-from engine.model.widen import HALF_VALUES
+from engine.model.widen import HALF_VALUES, kernel_table
 from engine.scoring.hidden import marginalise_clusters
 
 # Atoms a template may read and still be a function of (h, m) alone.
@@ -115,12 +115,13 @@ class LinkLabels:
 
     def scores(self, ids: np.ndarray) -> np.ndarray:
         """(A, R) role scores ``u``: the sum of the weight rows of each arc's features, added in float64 in the
-        row's feature order whatever the stored type (``add_row_scores``)."""
+        row's feature order whatever the stored type (``add_row_scores``; float16 read as stored)."""
         weights = self.weights
-        if weights.dtype not in (np.float32, np.float64) or not weights.flags.c_contiguous:
-            weights = np.ascontiguousarray(weights, dtype=np.float64)
+        if weights.dtype not in (np.float16, np.float32, np.float64):
+            weights = weights.astype(np.float64)
         out = np.zeros((len(ids), weights.shape[1]))
-        add_row_scores(weights, HALF_VALUES, np.ascontiguousarray(ids), np.arange(len(ids)), out)
+        add_row_scores(kernel_table(np.ascontiguousarray(weights)), HALF_VALUES, np.ascontiguousarray(ids),
+                       np.arange(len(ids)), out)
         return out
 
     # -- as a labeller of given trees (``engine.decode.labeler``): the same role distributions, read on the tree's

@@ -21,7 +21,7 @@ import numpy as np
 from numba import njit  # type: ignore[import-untyped]
 
 from engine.features.second_order import triple_row
-from engine.model.widen import HALF_VALUES, weight_value
+from engine.model.widen import HALF_VALUES, kernel_table, weight_value
 
 
 @njit(cache=True, nogil=True)  # releases the GIL: the service's parse threads run it side by side
@@ -90,8 +90,7 @@ def copy_deltas(stacked: np.ndarray, tables: tuple[np.ndarray, ...], factors: np
     if not len(factors):
         return out
     seeds, roles, kinds, positions, ctx = tables
-    table, decode = ((weights.view(np.uint16), HALF_VALUES) if weights.dtype == np.float16
-                     else (weights, HALF_VALUES[:1]))
+    table, decode = kernel_table(weights), HALF_VALUES
     dim = len(weights) - offset
     _deltas_kernel(stacked, seeds, roles, kinds, positions, ctx, factors.astype(np.int64),
                    (copies * rows_per_copy).astype(np.int64), feats, own, table, decode, np.uint64(dim - 1), offset,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit  # type: ignore[import-untyped]
 
-from engine.model.widen import HALF_VALUES, finite_half, weight_value
+from engine.model.widen import HALF_VALUES, finite_half, kernel_table, weight_value
 from engine.optim import AdaGrad, EpochLoop
 
 log = logging.getLogger(__name__)
@@ -28,8 +28,7 @@ def row_sums(weights: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
     """``out[i] += weights[rows[i, 0]] + weights[rows[i, 1]] + ...`` in float64, one feature after another.
     float16 weights (a loaded model's, as stored) are read through ``HALF_VALUES``: the same sums as widening
     them first, bit for bit, without the widened copy."""
-    _row_sums(np.ascontiguousarray(weights).view(np.uint16) if weights.dtype == np.float16 else weights, HALF_VALUES,
-              rows, out)
+    _row_sums(kernel_table(weights), HALF_VALUES, rows, out)
 
 
 @njit(cache=True, nogil=True)

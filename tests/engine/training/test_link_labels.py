@@ -206,3 +206,13 @@ def test_a_model_with_labels_in_the_graph_trains_saves_loads_and_labels(tmp_path
         load_any(out)
     with pytest.raises(TrainOptionsError, match="labels_in_graph"):
         TrainOptions(order=1, labels_in_graph=True)
+
+
+def test_role_scores_of_float16_weights_read_as_stored_equal_the_widened_ones() -> None:
+    """A loaded model's float16 role weights are summed as stored (their bits, ``kernel_table``), bit for bit
+    what the float64 copy gives."""
+    rng = np.random.default_rng(1)
+    half = (3 * rng.standard_normal((1 << 8, 4))).astype(np.float16)
+    ids = rng.integers(0, 1 << 8, (50, 7)).astype(np.int32)
+    stored, widened = LinkLabels(list("abcd"), half), LinkLabels(list("abcd"), half.astype(np.float64))
+    np.testing.assert_array_equal(stored.scores(ids), widened.scores(ids))
