@@ -13,7 +13,9 @@ version is refused with a message saying which version this engine reads.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import mmap
 import os
 import shutil
 import tempfile
@@ -148,6 +150,30 @@ def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
     return manifest
 
 
+MAPPED_MIN_BYTES = 1 << 20  # array files at least this large are mapped into memory rather than read
+
+
+def _read_array(file: Path, sha256: str | None) -> np.ndarray:
+    """The array of a ``.npy`` file, checked against ``sha256`` when given. A large file is mapped read-only
+    rather than read: the digest is taken over the mapping and the array is a view of it, so the bytes are
+    neither copied nor read twice, and the processes that load a model (the service's parse processes, the
+    workers of one machine) share its pages through the page cache. ``save_model`` replaces a model by renaming
+    a new directory into place, so a mapped file is never rewritten under its readers."""
+    with open(file, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < MAPPED_MIN_BYTES:
+            data = f.read()
+            if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+                raise ModelError(f"{file}: checksum mismatch (file corrupted or edited)")
+            arr = np.load(io.BytesIO(data), allow_pickle=False)
+            arr.flags.writeable = False
+            return arr
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            if sha256 is not None and hashlib.sha256(mapped).hexdigest() != sha256:
+                raise ModelError(f"{file}: checksum mismatch (file corrupted or edited)")
+    return np.asarray(np.load(file, mmap_mode="r", allow_pickle=False))
+
+
 def load_model(directory: str | os.PathLike[str], *, verify: bool = True) -> StoredModel:
     """Read a model directory written by ``save_model``; raise ``ModelError`` saying what is wrong."""
     path = Path(directory)
@@ -157,9 +183,7 @@ def load_model(directory: str | os.PathLike[str], *, verify: bool = True) -> Sto
         file = path / entry["file"]
         if file.name != entry["file"] or not file.is_file():
             raise ModelError(f"{path}: array file {entry['file']!r} is missing")
-        if verify and _sha256(file) != entry["sha256"]:
-            raise ModelError(f"{file}: checksum mismatch (file corrupted or edited)")
-        arr = np.load(file, allow_pickle=False)
+        arr = _read_array(file, entry["sha256"] if verify else None)
         if list(arr.shape) != entry["shape"] or str(arr.dtype) != entry["dtype"]:
             raise ModelError(f"{file}: expected {entry['dtype']}{entry['shape']}, found {arr.dtype}{list(arr.shape)}")
         arrays[name] = arr

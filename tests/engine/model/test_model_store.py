@@ -13,6 +13,7 @@ import pytest
 from engine.model.store import (
     FORMAT_VERSION,
     HALF_MIN_SIZE,
+    MAPPED_MIN_BYTES,
     ModelError,
     half_precision,
     load_model,
@@ -55,6 +56,32 @@ def test_refuses_other_versions_and_tampering(tmp_path: Path) -> None:
         load_model(target)
     with pytest.raises(ModelError, match="no manifest"):
         load_model(tmp_path)
+
+
+def test_large_arrays_are_mapped_read_only_and_outlive_a_replacement(tmp_path: Path) -> None:
+    target = tmp_path / "m"
+    rng = np.random.default_rng(0)
+    big = rng.normal(size=(MAPPED_MIN_BYTES // 2, 2)).astype(np.float16)  # 2 MiB: mapped
+    small = np.arange(7, dtype=np.int64)
+    save_model(target, {"name": "a"}, {"big": big, "small": small})
+    stored = load_model(target)
+    for name, want in (("big", big), ("small", small)):
+        got = stored.arrays[name]
+        assert type(got) is np.ndarray and got.dtype == want.dtype and not got.flags.writeable
+        np.testing.assert_array_equal(got, want)
+    assert isinstance(stored.arrays["big"].base, np.memmap)  # a view of the file, not a copy
+    save_model(target, {"name": "b"}, {"big": np.zeros_like(big), "small": small})  # replaced under the reader
+    np.testing.assert_array_equal(stored.arrays["big"], big)
+    assert not load_model(target).arrays["big"].any()
+
+
+def test_a_tampered_large_array_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "m"
+    save_model(target, {}, {"big": np.zeros(MAPPED_MIN_BYTES, dtype=np.uint8)})
+    np.save(target / "big.npy", np.ones(MAPPED_MIN_BYTES, dtype=np.uint8))
+    with pytest.raises(ModelError, match="checksum"):
+        load_model(target)
+    np.testing.assert_array_equal(load_model(target, verify=False).arrays["big"], 1)
 
 
 def test_pickled_arrays_are_refused(tmp_path: Path) -> None:
