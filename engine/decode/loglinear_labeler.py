@@ -44,10 +44,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
-from scipy import sparse
 
 from engine.features.labeler_features import (  # noqa: F401 (templates re-exported for their users)
     CONTEXT_TEMPLATES,
@@ -60,6 +59,9 @@ from engine.features.labeler_kernel import row_scores, unique_rows
 from engine.model.widen import finite_half
 from engine.optim import AdaGrad, EpochLoop
 from engine.text.jackknife import fold_bounds  # contiguous folds, as for the tagger
+
+if TYPE_CHECKING:
+    from scipy import sparse
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,8 @@ def _softmax(scores: np.ndarray) -> np.ndarray:
 
 def _design(ids: np.ndarray, columns: int) -> sparse.csr_matrix:
     """The 0/1 arc-by-feature matrix of ``ids`` (N, K) (id 0, the null feature, left out), ``columns`` wide."""
+    from scipy import sparse  # here: only training uses it, parsing does not
+
     present = ids != 0
     indptr = np.zeros(len(ids) + 1, dtype=np.int64)
     np.cumsum(present.sum(axis=1), out=indptr[1:])

@@ -9,13 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-from scipy import sparse
 
 from engine.features.labeler_kernel import group_ids
 from engine.hashing import hash_string, hash_strings
+
+if TYPE_CHECKING:
+    from scipy import sparse
 
 # Token attributes, for the dependent ("d."), the head ("h."), the head's head ("g."), each child of the dependent
 # ("c.", a bag) and each other child of the head ("s.", siblings, a bag). "deprel" is the token's label from a
@@ -273,6 +275,8 @@ def touched_design(ids: np.ndarray) -> tuple[np.ndarray, sparse.csr_matrix]:
     """``(rows, design)``: the distinct feature ids ``ids`` (N, K) holds (id 0, the null feature, left out) and the
     0/1 (N, len(rows)) matrix of which of them each row has: a gradient ``design.T @ g`` over the touched weight
     rows only."""
+    from scipy import sparse  # here: only training uses it, parsing does not
+
     present = ids != 0
     rows, columns = np.unique(ids[present], return_inverse=True)
     indptr = np.zeros(len(ids) + 1, dtype=np.int64)

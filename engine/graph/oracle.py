@@ -13,7 +13,6 @@ import itertools
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.special import logsumexp
 
 from engine.graph.family import FactorFamily
 from engine.graph.hard import Link
@@ -36,6 +35,8 @@ def all_assignments(valid: np.ndarray) -> np.ndarray:
 
 
 def _marginals(ys: np.ndarray, log_w: np.ndarray) -> np.ndarray:
+    from scipy.special import logsumexp  # here: only enumeration (tests) uses it, parsing does not
+
     p = np.exp(log_w - logsumexp(log_w))
     return np.tensordot(p, ys.astype(float), axes=1)
 
@@ -80,6 +81,8 @@ def tree_log_weights(families: Sequence[FactorFamily], n: int, *, single_root: b
 
 def arc_family_messages(family: FactorFamily, incoming: np.ndarray) -> np.ndarray:
     """Exact outgoing log-odds of an arc-shaped family whose factors have disjoint neighbourhoods."""
+    from scipy.special import logsumexp  # here: only enumeration (tests) uses it, parsing does not
+
     valid = family.valid
     ys = all_assignments(valid)
     r = np.where(valid, incoming, 0.0)

@@ -30,9 +30,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.special import expit
 
 from engine.graph.family import FactorFamily, Messages
+from engine.kernels.logistic import expit
 
 _LOG1P_LIMIT = 700.0  # |theta| below which expm1(|theta|) cannot overflow: the log1p message kernel
 _STACK_LOOP = 8192  # stacks of at least this many factors offset each part's arc indices in a loop (``stack``)

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit  # type: ignore[import-untyped]
-from scipy.special import expit
 
 from engine.graph.childseq import logsumexp_fast
 from engine.graph.tags import TagChain, TagLink, _chain_messages, chain_tables, normalised
+from engine.kernels.logistic import expit
 
 
 def _log_softmax(x: np.ndarray, ok: np.ndarray) -> np.ndarray:

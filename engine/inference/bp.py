@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
-from scipy.special import expit
 
 from engine.graph.family import ArcFamily, FactorFamily, Messages
 from engine.inference.fields import Setting, check_settings, setting
+from engine.kernels.logistic import expit
 
 SCHEDULES = ("flooding", "serial")
 ITERATIONS = Setting("iterations", int, "at most this many BP iterations", minimum=1)

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from scipy.special import expit
 
 from engine.graph.family import FactorFamily
 from engine.graph.tags import TagChain, TagLink, add_rows, normalised, pad_slots
 from engine.inference.bp import BPConfig, BPResult, stack_chunks, stack_graphs, stages
+from engine.kernels.logistic import expit
 
 
 @dataclass

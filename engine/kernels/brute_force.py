@@ -9,7 +9,6 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import logsumexp
 
 MAX_BRUTE_FORCE_WORDS = 7
 
@@ -69,6 +68,8 @@ class BruteForce:
 
 def brute_force(scores: np.ndarray, *, single_root: bool, projective: bool) -> BruteForce:
     """Enumerate every tree under log-potentials ``scores[h, m]``."""
+    from scipy.special import logsumexp  # here: only enumeration (tests) uses it, parsing does not
+
     scores = np.asarray(scores, dtype=np.float64)
     n = scores.shape[0] - 1
     trees = enumerate_trees(n, single_root=single_root, projective=projective)

@@ -20,13 +20,14 @@ Cost: O(n^3) time and O(n^3) memory per sentence, with a Python loop over the ``
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import logsumexp
 
 __all__ = ["eliminate_log_partition", "eliminate_marginals"]
 
 
 def _forward(scores: np.ndarray, single_root: bool, keep_tape: bool) -> tuple[float, list]:
     n = scores.shape[0] - 1
+    from scipy.special import logsumexp  # here: only this reference path uses it, parsing does not
+
     w = scores.astype(np.float64, copy=True)
     w[:, 0] = -np.inf
     np.fill_diagonal(w, -np.inf)

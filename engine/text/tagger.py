@@ -36,7 +36,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import sparse
 
 from engine.data.batching import length_batches
 from engine.hashing import CodeIndex, hash_string
@@ -158,6 +157,8 @@ class _CrfStep:
     def __call__(self, ids: np.ndarray, gold: np.ndarray, fraction: float) -> float:
         """One update on a batch: ``ids`` (B, n, K), ``gold`` (B, n) state indices; ``fraction`` = the batch's
         share of the training sentences (scales the L2 term)."""
+        from scipy import sparse  # here: only training uses it, parsing does not
+
         crf = self.crf
         nll, d_em, d_tr = chain_nll(crf.emissions(ids), crf.transition, gold)
         rows, inv = np.unique(ids.reshape(-1), return_inverse=True)
