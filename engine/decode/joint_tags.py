@@ -26,23 +26,30 @@ from engine.text.tag_candidates import TagCandidates
 def decode_tags(beliefs: np.ndarray, candidates: TagCandidates
                 ) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
     """(UPOS, XPOS, UPOS probability, UPOS distribution (n, U) over ``candidates.upos_labels``) per word from tag
-    beliefs (n+1, g) over ``candidates``' slots (row 0 ROOT)."""
+    beliefs (n+1, g) over ``candidates``' slots (row 0 ROOT).
+
+    Each word's UPOS is the one whose candidate slots hold the largest summed belief (ties: the UPOS of the
+    earlier slot; slot 0 is the 1-best), its XPOS that of the UPOS's slot of largest belief (ties: the earlier
+    slot), every word at once: slots of one UPOS are the slots with one ``slot_upos`` column, and a slot's UPOS
+    total adds those slots' beliefs in slot order, as a word-by-word loop adds them (the same float sums)."""
     n, g = candidates.allowed.shape
-    b = np.where(candidates.allowed, beliefs[1: n + 1, :g], 0.0)
+    allowed = candidates.allowed
+    b = np.where(allowed, beliefs[1: n + 1, :g], 0.0)
     dist = candidates.pruned.copy()
     np.add.at(dist, (np.repeat(np.arange(n), g), candidates.slot_upos.reshape(-1)),
               (b * candidates.mass[:, None]).reshape(-1))
-    upos, xpos, probs = [], [], np.empty(n)
-    for word, (u, x) in enumerate(zip(candidates.upos, candidates.xpos, strict=True)):
-        totals: dict[str, float] = {}
-        for tag, p in zip(u, b[word], strict=False):
-            totals[tag] = totals.get(tag, 0.0) + float(p)
-        chosen = max(totals, key=lambda t: (totals[t], -u.index(t)))  # ties: the earlier slot (1-best first)
-        slot = max((s for s, tag in enumerate(u) if tag == chosen), key=lambda s: (b[word, s], -s))
-        upos.append(chosen)
-        xpos.append(x[slot])
-        probs[word] = dist[word, candidates.slot_upos[word, slot]]
-    return upos, xpos, probs, dist
+    su = candidates.slot_upos
+    same = (su[:, :, None] == su[:, None, :]) & allowed[:, :, None] & allowed[:, None, :]  # (n, slot, slot)
+    totals = np.where(same, b[:, None, :], 0.0).sum(axis=2)  # per slot, its UPOS's summed belief
+    first = same.argmax(axis=2)  # per slot, the first slot of its UPOS
+    totals = np.where(allowed, totals, -np.inf)
+    top = allowed & (totals == totals.max(axis=1, keepdims=True))
+    chosen = np.where(top, first, g).min(axis=1)  # the first slot of the chosen UPOS
+    words = np.arange(n)
+    slot = np.where(same[words, chosen], b, -np.inf).argmax(axis=1)  # its slot of largest belief, the first of ties
+    upos = [u[k] for u, k in zip(candidates.upos, slot.tolist(), strict=True)]
+    xpos = [x[k] for x, k in zip(candidates.xpos, slot.tolist(), strict=True)]
+    return upos, xpos, dist[words, su[words, slot]], dist
 
 
 def write_chosen_tags(sentences: Sequence[Any], parsed: Sequence[Any]) -> None:
