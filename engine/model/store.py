@@ -6,7 +6,8 @@ Layout of a model directory::
     weights.npy     float32 weight vector, loaded with ``allow_pickle=False``
 
 Loading never executes code: no pickle, the manifest is JSON, and arrays are checked against the
-shapes, dtypes and SHA-256 digests the manifest records. A model written by an incompatible format
+shapes, dtypes and SHA-256 digests the manifest records. Array files of 1 MiB or more are mapped read-only, not
+read: the processes that load one model share its pages (``_read_array``). A model written by an incompatible format
 version is refused with a message saying which version this engine reads.
 """
 
