@@ -169,10 +169,29 @@ def _read_array(file: Path, sha256: str | None) -> np.ndarray:
             arr = np.load(io.BytesIO(data), allow_pickle=False)
             arr.flags.writeable = False
             return arr
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            if sha256 is not None and hashlib.sha256(mapped).hexdigest() != sha256:
-                raise ModelError(f"{file}: checksum mismatch (file corrupted or edited)")
-    return np.asarray(np.load(file, mmap_mode="r", allow_pickle=False))
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    if sha256 is not None and hashlib.sha256(mapped).hexdigest() != sha256:
+        mapped.close()
+        raise ModelError(f"{file}: checksum mismatch (file corrupted or edited)")
+    return _mapped_array(file, mapped)
+
+
+def _mapped_array(file: Path, mapped: mmap.mmap) -> np.ndarray:
+    """The array a mapped ``.npy`` file holds, as a read-only view of the mapping (the very bytes whose digest
+    was checked: the file is not opened again). Object arrays (pickles) are refused, as ``allow_pickle=False``."""
+    header = io.BytesIO(mapped[:1 << 16])  # a header is at most 65,535 bytes (format 1.0) in files numpy writes
+    try:
+        version = np.lib.format.read_magic(header)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(header)
+    except ValueError as e:
+        raise ModelError(f"{file}: not a .npy array ({e})") from e
+    if dtype.hasobject:
+        raise ModelError(f"{file}: an object array (pickled data) is not loaded")
+    offset = header.tell()
+    if offset + int(np.prod(shape)) * dtype.itemsize > len(mapped):
+        raise ModelError(f"{file}: shorter than its header says")
+    return np.ndarray(shape, dtype, buffer=mapped, offset=offset, order="F" if fortran else "C")
 
 
 def load_model(directory: str | os.PathLike[str], *, verify: bool = True) -> StoredModel:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import stat
 from pathlib import Path
@@ -69,7 +70,7 @@ def test_large_arrays_are_mapped_read_only_and_outlive_a_replacement(tmp_path: P
         got = stored.arrays[name]
         assert type(got) is np.ndarray and got.dtype == want.dtype and not got.flags.writeable
         np.testing.assert_array_equal(got, want)
-    assert isinstance(stored.arrays["big"].base, np.memmap)  # a view of the file, not a copy
+    assert isinstance(stored.arrays["big"].base, mmap.mmap)  # a view of the file, not a copy
     save_model(target, {"name": "b"}, {"big": np.zeros_like(big), "small": small})  # replaced under the reader
     np.testing.assert_array_equal(stored.arrays["big"], big)
     assert not load_model(target).arrays["big"].any()
@@ -82,6 +83,19 @@ def test_a_tampered_large_array_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="checksum"):
         load_model(target)
     np.testing.assert_array_equal(load_model(target, verify=False).arrays["big"], 1)
+
+
+def test_large_object_and_truncated_files_are_refused(tmp_path: Path) -> None:
+    target = tmp_path / "m"
+    save_model(target, {}, {"big": np.zeros(MAPPED_MIN_BYTES, dtype=np.uint8)})
+    np.save(target / "big.npy", np.array([b"x" * MAPPED_MIN_BYTES], dtype=object), allow_pickle=True)
+    with pytest.raises(ModelError, match="object array"):
+        load_model(target, verify=False)
+    np.save(target / "big.npy", np.zeros(2 * MAPPED_MIN_BYTES, dtype=np.uint8))
+    with open(target / "big.npy", "r+b") as f:
+        f.truncate(MAPPED_MIN_BYTES + 1000)
+    with pytest.raises(ModelError, match="shorter than its header"):
+        load_model(target, verify=False)
 
 
 def test_pickled_arrays_are_refused(tmp_path: Path) -> None:
