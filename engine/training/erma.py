@@ -40,17 +40,24 @@ import numpy as np
 from engine.data.batching import length_batches
 from engine.graph.build import SentenceGraph
 from engine.graph.tree import Tree
-from engine.inference.bp import BPConfig, BPResult
+from engine.inference.bp import BPConfig, BPResult, run_bp
 from engine.inference.bp_backward import bp_backward, bp_forward
 from engine.kernels.exact import TreeConstraint, exact_marginals
 from engine.kernels.tree_hessian import tree_hvp
 from engine.scoring.potentials import arc_scores, scatter_gradient
 from engine.training.cll import TrainingBatch, TrainResult, cll_objective, prepare_batches, usable_trees
 from engine.training.loop import EpochLoop, dev_or_loss
-from engine.training.objectives import AnnealSchedule, annealed_risk, gold_indicators, l2_distance
+from engine.training.objectives import (
+    AnnealSchedule,
+    annealed_risk,
+    gold_indicators,
+    l2_distance,
+    role_l2,
+    role_targets,
+)
 from engine.training.optim import AdaGrad, OptimSettings
 from engine.training.pruned_once import PrunedOnce
-from engine.training.surrogate import soft_theta_terms, surrogate_gradient_terms
+from engine.training.surrogate import RoleSteps, role_gradient_terms, soft_theta_terms, surrogate_gradient_terms
 
 log = logging.getLogger(__name__)
 
@@ -112,21 +119,45 @@ def tree_log_likelihood(graph: SentenceGraph, result: BPResult,
 
 
 def bp_gradient_terms(graph: SentenceGraph, gold_heads: np.ndarray, bp: BPConfig, objective: str,
-                      temperature: float | None = None) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
+                      temperature: float | None = None,
+                      roles: tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]] | None = None,
+                      ) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
     """One sentence: run BP with a tape, evaluate ``objective`` on its beliefs, back-propagate.
 
     Returns (objective value, feature indices, their gradient weights), like
     ``surrogate_gradient_terms`` (which ``cll`` uses). ``objective``: ``l2``, ``ar`` (needs
-    ``temperature``) or ``ll`` (``tree_log_likelihood``, for tests)."""
+    ``temperature``) or ``ll`` (``tree_log_likelihood``, for tests). ``roles`` = (the words' gold label
+    indices, a list), for a graph with label-aware LINK factors (``graph.roles``): ``cll`` adds the surrogate
+    role terms (``role_gradient_terms``), ``l2`` the L2 distance of the role beliefs (``role_l2``), back-propagated
+    into the role scores both directly and through BP (``theta_link = s + log sum_r exp u``, so d/du = d/d theta
+    p + the softmax's own part); the arcs' feature rows and role-score gradients (A, R) are appended to the
+    list and the role loss added to the value."""
+    if roles is not None and (graph.roles is None or objective not in ("cll", "l2")):
+        raise ValueError("role terms need a graph with label-aware LINK factors and the cll or l2 objective")
     if objective == "cll":
-        return surrogate_gradient_terms(graph, gold_heads, bp)
+        beliefs = run_bp(graph.families, graph.valid, bp)
+        value, idx, val = surrogate_gradient_terms(graph, gold_heads, bp, beliefs)
+        if roles is not None:
+            role_loss, ids, coef = role_gradient_terms(graph, beliefs.beliefs, gold_heads, roles[0])
+            roles[1].append((ids, coef))
+            value += role_loss
+        return value, idx, val
     result, tape = bp_forward(graph.families, graph.valid, bp)
     y = gold_indicators(gold_heads)
     grad_incoming: dict[int, tuple[np.ndarray, ...]] | None = None
     direct: float | np.ndarray = 0.0
     tree_pos = 0
+    role_u: np.ndarray | None = None
     if objective == "l2":
         value, g_b = l2_distance(result.beliefs, y, graph.valid)
+        if roles is not None:
+            assert graph.roles is not None
+            arcs = graph.roles
+            gold, scored = role_targets(arcs.heads, arcs.deps, gold_heads, roles[0], arcs.probs.shape[1])
+            role_value, g_on, role_u = role_l2(result.beliefs[arcs.heads, arcs.deps], arcs.probs, gold, scored)
+            value += role_value
+            g_b = g_b.copy()
+            g_b[arcs.heads, arcs.deps] += g_on
     elif objective == "ar":
         assert temperature is not None, "the annealed risk needs a temperature"
         value, g_b = annealed_risk(result.beliefs, y, graph.valid, temperature, tree_constraint(graph))
@@ -143,6 +174,11 @@ def bp_gradient_terms(graph: SentenceGraph, gold_heads: np.ndarray, bp: BPConfig
     g_theta = thetas[pos[id(graph.link)]]
     g_link = (0.0 if g_theta is None else g_theta) + direct
     valid = graph.valid
+    if roles is not None and role_u is not None:
+        assert graph.roles is not None
+        arcs = graph.roles
+        through = np.broadcast_to(g_link, valid.shape)[arcs.heads, arcs.deps]
+        roles[1].append((arcs.ids, through[:, None] * arcs.probs + role_u))
     idx, val = soft_theta_terms(graph, graph.families, thetas)
     return value, [feats.reshape(-1), *idx], [np.repeat(np.broadcast_to(g_link, valid.shape)[valid],
                                                         feats.shape[-1]), *val]
@@ -176,13 +212,16 @@ BatchGradient = Callable[[np.ndarray, int, str, float | None], tuple[float, np.n
 
 def _optimise(w: np.ndarray, batch_gradient: BatchGradient, sizes: Sequence[int], config: ErmaConfig,
               dev_score: Callable[[np.ndarray], float] | None, progress: bool,
-              on_batch: Callable[[int, int], None] | None) -> tuple[np.ndarray, int, list[dict[str, Any]], bool]:
-    """The stages of BP and exact training, one ``EpochLoop`` run each; ``w`` is updated in place.
-    Returns (best weights, best epoch, history, interrupted)."""
+              on_batch: Callable[[int, int], None] | None,
+              roles: RoleSteps | None = None) -> tuple[list[np.ndarray], int, list[dict[str, Any]], bool]:
+    """The stages of BP and exact training, one ``EpochLoop`` run each; ``w`` is updated in place (and the role
+    weights of ``roles``, which ``batch_gradient`` steps itself, averaged and chosen with ``w``).
+    Returns (best arrays: the weights, then the role weights with ``roles``; best epoch, history, interrupted)."""
     n_sent = max(sum(sizes), 1)
     rng = np.random.default_rng(config.seed)
     stages = config.stages()
-    loop = EpochLoop([w], total_batches=sum(e for _, e in stages) * len(sizes), total_epochs=config.epochs,
+    params = [w] if roles is None else [w, roles.roles.weights]
+    loop = EpochLoop(params, total_batches=sum(e for _, e in stages) * len(sizes), total_epochs=config.epochs,
                      average=config.average, progress=progress, on_batch=on_batch, interruptible=True)
     # One optimiser state for all stages: restarting AdaGrad's accumulators for the annealed risk made its
     # first steps as large as a cold start's (about eta per touched weight) and, on EWT dev, took the L2
@@ -190,7 +229,8 @@ def _optimise(w: np.ndarray, batch_gradient: BatchGradient, sizes: Sequence[int]
     opt = AdaGrad(len(w), config.learning_rate, delta=config.delta)
     for stage, (objective, epochs) in enumerate(stages):
         if stage > 0 and loop.best is not None:
-            w[:] = loop.best[0]  # layer-wise: start the next objective from the best model so far
+            for p, best in zip(params, loop.best, strict=True):
+                p[:] = best  # layer-wise: start the next objective from the best model so far
         steps, first_epoch, done = epochs * len(sizes), loop.epoch, [0]
 
         def step(g: int, objective: str = objective, steps: int = steps, done: list[int] = done) -> float:
@@ -207,25 +247,35 @@ def _optimise(w: np.ndarray, batch_gradient: BatchGradient, sizes: Sequence[int]
                 entry["temperature"] = config.anneal.at((entry["epoch"] - first_epoch) * len(sizes) - 1, steps)
             return dev_or_loss(dev_score)(current, entry)
 
-        if not loop.run(epochs, lambda: rng.permutation(len(sizes)), step, evaluate, per=n_sent,
+        if not loop.run(epochs, lambda: rng.permutation(len(sizes)), step,
+                        evaluate if roles is None else roles.evaluating(evaluate), per=n_sent,
                         fields={"objective": objective}, note=objective):
             break
     out = loop.result()
-    return out.params[0], out.best_epoch, out.history, out.interrupted
+    return out.params, out.best_epoch, out.history, out.interrupted
 
 
 def train_erma(parser: Any, train: Sequence[Any], config: ErmaConfig, bp: BPConfig,
                dev_score: Callable[[np.ndarray], float] | None = None, progress: bool = True,
                on_batch: Callable[[int, int], None] | None = None) -> TrainResult:
     """Train a ``BPParser``'s weights in place from their current value (e.g. warm-started from its
-    pruner) through ``bp`` (fixed iterations); returns the best weights, also left in ``parser``."""
-    if getattr(parser, "clusters", None) is not None or getattr(parser, "link_labels", None) is not None:
-        raise ValueError("approximation-aware training does not back-propagate through latent edge clusters or "
-                         "label-aware links; train a model with them by surrogate CLL (objective cll)")
+    pruner) through ``bp`` (fixed iterations); returns the best weights, also left in ``parser``. A parser with
+    label-aware LINK factors (``parser.link_labels``) trains its role weights alongside, by the L2 distance of
+    the role beliefs (``role_l2``, objective ``l2`` only) back-propagated through BP, with AdaGrad on the rows a
+    batch touches (``RoleSteps``, as surrogate CLL's roles); the best epoch's averaged role weights are left in
+    it too."""
+    if getattr(parser, "clusters", None) is not None:
+        raise ValueError("approximation-aware training does not back-propagate through latent edge clusters; "
+                         "train a model with them by surrogate CLL (objective cll)")
+    with_roles = getattr(parser, "link_labels", None) is not None
+    if with_roles and {objective for objective, _ in config.stages()} != {"l2"}:
+        raise ValueError("approximation-aware training of label-aware links takes the l2 objective (the L2 "
+                         f"distance of link and role beliefs), not {config.objective}")
     start = time.perf_counter()
     keep, skipped = usable_trees(train, parser.constraint)
     sents = [train[i] for i in keep]
     groups = length_batches([len(s.forms) for s in sents], config.batch_size)
+    roles = RoleSteps(parser.link_labels, sents) if with_roles else None
 
     pruned = PrunedOnce(parser)  # each batch's pruned arcs, found at its first step
 
@@ -233,18 +283,25 @@ def train_erma(parser: Any, train: Sequence[Any], config: ErmaConfig, bp: BPConf
         parser.weights = w
         batch = [sents[i] for i in groups[g]]
         idx, val, total = [], [], 0.0
+        role_terms: list[tuple[np.ndarray, np.ndarray]] = []
         for i, graph, _ in parser.graphs(batch, gold=True, batch_size=len(batch), kept=pruned(g, batch)):
-            loss, ii, vv = bp_gradient_terms(graph, batch[i].heads, bp, objective, temperature)
+            loss, ii, vv = bp_gradient_terms(graph, batch[i].heads, bp, objective, temperature,
+                                             None if roles is None else (roles.gold[groups[g][i]], role_terms))
             total += loss
             idx += ii
             val += vv
+        if roles is not None:  # the roles' own step, with the batch's share of the same L2
+            roles.step([ids for ids, _ in role_terms], [coef for _, coef in role_terms],
+                       config.l2 * len(batch) / max(len(sents), 1))
         return total, np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=len(w))
 
     w = parser.weights
     best, best_epoch, history, interrupted = _optimise(w, batch_gradient, [len(g) for g in groups], config,
-                                                       dev_score, progress, on_batch)
-    parser.weights = best
-    return TrainResult(best, best_epoch, history, interrupted, skipped, time.perf_counter() - start,
+                                                       dev_score, progress, on_batch, roles)
+    parser.weights = best[0]
+    if roles is not None:
+        roles.roles.weights = best[1]
+    return TrainResult(best[0], best_epoch, history, interrupted, skipped, time.perf_counter() - start,
                        {**asdict(config), "bp": asdict(bp)})
 
 
@@ -264,4 +321,4 @@ def train_erma_exact(extractor: Any, constraint: TreeConstraint, train: Sequence
 
     best, best_epoch, history, interrupted = _optimise(w, batch_gradient, [len(b.gold) for b in batches], config,
                                                        dev_score, progress, on_batch)
-    return TrainResult(best, best_epoch, history, interrupted, skipped, time.perf_counter() - start, asdict(config))
+    return TrainResult(best[0], best_epoch, history, interrupted, skipped, time.perf_counter() - start, asdict(config))

@@ -43,7 +43,7 @@ from engine.scoring.potentials import add_into
 from engine.text.tag_candidates import TagCandidates
 from engine.training.cll import TrainConfig, TrainResult, usable_trees
 from engine.training.loop import EpochLoop, dev_or_loss
-from engine.training.objectives import gold_indicators
+from engine.training.objectives import gold_indicators, role_l2, role_targets
 from engine.training.optim import AdaGrad
 from engine.training.pruned_once import PrunedOnce
 from engine.training.surrogate import (
@@ -93,15 +93,32 @@ def joint_gradient_terms(parser: BPParser, sentence: Any, graph: SentenceGraph, 
 
 
 def joint_l2_gradient_terms(parser: BPParser, sentence: Any, graph: SentenceGraph, candidates: TagCandidates,
-                            gold_heads: np.ndarray, slots: np.ndarray, config: BPConfig, out: np.ndarray) -> float:
+                            gold_heads: np.ndarray, slots: np.ndarray, config: BPConfig, out: np.ndarray,
+                            roles: tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]] | None = None) -> float:
     """Approximation-aware training (Gormley, Dredze & Eisner 2015) through joint BP: run it on one sentence with a
     tape (``engine.inference.joint_bp_backward``), score the final link and tag beliefs by L2 against the gold
     (tree, tags) (eq. 12 over every output variable, ``joint_l2``), back-propagate to the TAGLINK and
-    higher-order potentials and add their feature-summed adjoints into ``out``; returns the loss."""
+    higher-order potentials and add their feature-summed adjoints into ``out``; returns the loss. ``roles`` =
+    (the words' gold label indices, a list): with label-aware LINK factors the role variables join the L2
+    (``role_l2``), and each arc's role-score gradient, directly and through every TAGLINK potential of the arc
+    (each holds ``log sum_r exp u``), is appended to the list with the arcs' feature rows."""
     families, valid, taglink, chain, emissions = parser.joint_graph(sentence, graph, candidates)
     result, tape = joint_forward(families, valid, taglink, chain, emissions, config)
     value, g_b, g_t = joint_l2(result, gold_indicators(gold_heads), slots, valid, taglink.allowed)
+    arcs = graph.roles if roles is not None else None
+    if roles is not None:
+        assert arcs is not None, "role terms need a graph with label-aware LINK factors"
+        gold, scored = role_targets(arcs.heads, arcs.deps, gold_heads, roles[0], arcs.probs.shape[1])
+        on = result.links.beliefs[arcs.heads, arcs.deps]
+        role_value, g_on, role_u = role_l2(on, arcs.probs, gold, scored)
+        value += role_value
+        g_b = g_b.copy()
+        g_b[arcs.heads, arcs.deps] += g_on * on * (1.0 - on)  # joint_l2's gradient is in the final log-odds
     grad = joint_backward(families, taglink, chain, tape, g_b, g_t)
+    if roles is not None:
+        assert arcs is not None
+        through = grad.taglink.sum(axis=(1, 2))  # TAGLINK's arcs are graph.valid's, in np.nonzero order, as roles'
+        roles[1].append((arcs.ids, through[:, None] * arcs.probs + role_u))
     parser.arc_scorer().candidate_gradient(sentence, candidates.upos, candidates.xpos, taglink.heads, taglink.deps,
                                            grad.taglink, out)
     idx, val = soft_theta_terms(graph, families, grad.families)
@@ -132,9 +149,6 @@ def train_joint(
         raise ValueError("train, gold_tags and candidates must have one entry per sentence")
     if objective not in ("cll", "l2"):
         raise ValueError(f"objective must be cll or l2, got {objective!r}")
-    if objective == "l2" and parser.link_labels is not None:
-        raise ValueError("approximation-aware training does not back-propagate through label-aware links; train "
-                         "them by surrogate CLL (objective cll)")
     if parser.clusters is not None:
         raise ValueError("joint tag and tree training scores TAGLINK with one weight vector: not with latent edge "
                          "clusters")
@@ -168,7 +182,8 @@ def train_joint(
                 k = groups[g][i]
                 if objective == "l2":
                     losses.append(joint_l2_gradient_terms(parser, batch[i], graph, cands[k], batch[i].heads, slots[k],
-                                                          bp, buffer))
+                                                          bp, buffer,
+                                                          None if roles is None else (roles.gold[k], role_terms)))
                     continue
                 losses.append(joint_gradient_terms(parser, batch[i], graph, cands[k], batch[i].heads, slots[k], bp,
                                                    buffer, None if roles is None else (roles.gold[k], role_terms)))

@@ -64,7 +64,7 @@ def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, o
         raise ValueError(f"start must be one of {JOINT_STARTS} and objective one of {tuple(JOINT_OBJECTIVES)}")
     config = config or JOINT_DEFAULTS[start]
     began = time.perf_counter()
-    pipeline, parser, settings = _starting_point(model, objective, labels_in_graph, tag_candidates)
+    pipeline, parser, settings = _starting_point(model, tag_candidates)
     # the dev parses: the model's inference settings; an approximation-aware model is chosen (and written) with
     # the BP iterations it is trained through, as `train --objective` does (Gormley et al. 2015 §6: test as trained)
     aware = {"iterations": bp_iterations} if objective == "joint-l2" else None
@@ -127,16 +127,13 @@ def fine_tune_joint(model: PathLike, train_path: PathLike, dev_path: PathLike, o
     return {"model": os.fspath(out), **joint}
 
 
-def _starting_point(model: PathLike, objective: str, labels_in_graph: bool,
+def _starting_point(model: PathLike,
                     tag_candidates: tuple[int | None, float | None]) -> tuple[Pipeline, BPParser, CandidateSettings]:
     """The pipeline to fine-tune, its parser and the candidate settings, refused clearly before any work."""
     pipeline = Pipeline.load(model)
     parser = pipeline.parser
     if pipeline.tagger is None or not isinstance(parser, BPParser):
         raise ModelError(f"{model}: joint training needs a pipeline with a tagger and a second-order BP parser")
-    if objective == "joint-l2" and (labels_in_graph or parser.link_labels is not None):
-        raise ModelError("--objective joint-l2 does not back-propagate through label-aware links: train them with "
-                         "--objective joint")
     try:
         return pipeline, parser, CandidateSettings.resolve(parser.manifest, *tag_candidates)
     except ValueError as e:

@@ -14,6 +14,9 @@ better), summed over the sentences of a batch.
   (the negated expected recall). ``q_T``'s marginals come from the Matrix-Tree theorem or Eisner's
   inside-outside, and its gradient is ``-(1/T) H_q y*`` (``tree_hessian``). As ``T -> 0`` the risk
   approaches the loss of the MBR decoder (eq. 3) used at test time.
+- ``role_l2``: eq. 12 over the role variables of label-aware LINK factors (``engine.scoring.link_labels``):
+  each kept arc's role beliefs ``b(L_hm on) softmax(u_hm)_r`` against the gold (arc, label), with its gradient
+  in the link beliefs and in the role scores; added to ``l2_distance`` when a model infers labels in the graph.
 - ``AnnealSchedule``: ``T`` annealed linearly from ``start`` to ``end`` over the optimisation steps
   (§5.1; the paper's exact values were lost in extraction: ours are settings, stated in docs/results/gormley-2015.md).
 """
@@ -57,6 +60,37 @@ def annealed_risk(beliefs: np.ndarray, gold: np.ndarray, valid: np.ndarray, temp
     risk = float((words - (mu * y).sum(axis=(1, 2))).sum())
     grad = np.where(ok, -tree_hvp(scores, y, constraint) / temperature, 0.0)
     return risk, grad[0] if single else grad
+
+
+def role_targets(heads: np.ndarray, deps: np.ndarray, gold_heads: np.ndarray, gold_roles: np.ndarray,
+                 roles: int) -> tuple[np.ndarray, np.ndarray]:
+    """The gold of the role variables of the arcs ``heads[a] -> deps[a]``: ``(y (A, R), scored (A,))`` with
+    ``y[a, r] = 1`` iff arc ``a`` is a gold arc and ``r`` its dependent's gold label (``gold_roles[m - 1]``, -1
+    for a label the role model does not have). A gold arc whose label is unknown is left out (``scored`` False):
+    its role beliefs have no target, and a zero one would pull its link belief down against the link term."""
+    deps = np.asarray(deps, dtype=np.int64)
+    gold = np.asarray(gold_heads)[deps] == heads
+    label = np.asarray(gold_roles)[deps - 1]
+    y = np.zeros((len(deps), roles))
+    hit = np.flatnonzero(gold & (label >= 0))
+    y[hit, label[hit]] = 1.0
+    return y, ~(gold & (label < 0))
+
+
+def role_l2(on: np.ndarray, probs: np.ndarray, gold: np.ndarray,
+            scored: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """Gormley et al. eq. 12 over the role variables ``L_hrm`` of label-aware LINK factors (Smith & Eisner 2008
+    §3.1): an arc's role beliefs are ``beta_r = b(L_hm on) p_r`` with ``p = softmax(u_hm)``, each role variable is
+    binary, so the distance is ``2 sum_{scored arcs, r} (beta_r - y_r)^2``. ``on`` (A,) the arcs' link beliefs,
+    ``probs`` (A, R) their role distributions, ``gold`` (A, R) and ``scored`` (A,) from ``role_targets``.
+    Returns the value, its gradient in the link beliefs (A,), and in the role scores u (A, R) through the
+    softmax alone (what reaches u through b comes back by BP's reverse mode, as ``theta_link = s + lse(u)``)."""
+    diff = np.where(scored[:, None], on[:, None] * probs - gold, 0.0)
+    g_beta = 4.0 * diff
+    g_on = (g_beta * probs).sum(axis=1)
+    g_p = g_beta * on[:, None]
+    g_u = probs * (g_p - (probs * g_p).sum(axis=1, keepdims=True))
+    return float(2.0 * (diff * diff).sum()), g_on, g_u
 
 
 @dataclass(frozen=True)

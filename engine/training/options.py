@@ -100,8 +100,10 @@ class TrainOptions:
                                   "model)", ge=1, le=64, metavar="K", job=False)
     labels_in_graph: bool = option(False, "order 2: label-aware LINK factors (Smith & Eisner 2008 §3.1, link roles): "
                                    "every link also ranges over the labels, trained with the parser by surrogate "
-                                   "CLL of the labelled tree; the tree's labels and their probabilities come from "
-                                   "the same role model (a labeler component is then not used)", job=False)
+                                   "CLL of the labelled tree (objective cll) or by the L2 distance of the link and "
+                                   "role beliefs through BP (objective l2); the tree's labels and their "
+                                   "probabilities come from the same role model (a labeler component is then not "
+                                   "used)", job=False)
     factors: tuple[str, ...] = option(("grand", "sib"), "higher-order factor families (order 2): grand "
                                       "(grandparent), sib (siblings), childseq (child sequence), nocross (no "
                                       "crossing arcs)", choices=FACTOR_FAMILIES)
@@ -161,9 +163,9 @@ class TrainOptions:
             raise TrainOptionsError("hidden_clusters > 1 needs the cll objective (surrogate CLL at order 2), with one "
                                     "seed (runs number their clusters arbitrarily, so their weights cannot be "
                                     "averaged) and no --cluster")
-        if self.labels_in_graph and (self.order != 2 or self.objective != "cll" or self.seeds > 1):
-            raise TrainOptionsError("labels_in_graph needs order 2 and the cll objective (surrogate CLL), with one "
-                                    "seed")
+        if self.labels_in_graph and (self.order != 2 or self.objective not in ("cll", "l2") or self.seeds > 1):
+            raise TrainOptionsError("labels_in_graph needs order 2 and the cll (surrogate CLL) or l2 "
+                                    "(approximation-aware) objective, with one seed")
         if self.order == 2:  # first-order training ignores the factors
             unknown = sorted(set(self.factors) - set(FACTOR_FAMILIES))
             if unknown:

@@ -12,7 +12,7 @@ import pytest
 from engine.data.conllu_io import read_conllu
 from engine.inference.bp import BPConfig, run_bp
 from engine.pipeline import Pipeline
-from engine.scoring.link_labels import LinkLabels
+from engine.scoring.link_labels import LinkLabels, gradient_rows
 from engine.text.tag_candidates import CandidateSettings, choose_states
 from engine.training.cll import TrainConfig
 from engine.training.joint import gold_slots, joint_gradient_terms, joint_l2_gradient_terms, train_joint
@@ -187,6 +187,63 @@ def test_the_l2_gradient_through_joint_bp_matches_finite_differences_in_the_weig
         assert grad[j] == pytest.approx((up - down) / 2e-5, rel=1e-4, abs=1e-7)
 
 
+def test_the_l2_gradient_through_joint_bp_and_roles_matches_finite_differences(shipped: Pipeline,
+                                                                               train: list) -> None:
+    """With label-aware LINK factors the role variables join the L2 (``role_l2``): the gradient in the link,
+    higher-order and role weights (directly and through every TAGLINK potential of an arc, 3 iterations of joint
+    BP) against central differences of the returned loss in the weights it touches most."""
+    parser = _trainable(shipped)
+    labels = sorted({d for s in train for d in s.deprels})
+    roles = LinkLabels(labels, np.random.default_rng(1).normal(scale=0.3, size=(1 << 10, len(labels))))
+    parser.link_labels = parser.labeler = roles  # type: ignore[attr-defined]
+    bp = BPConfig(max_iterations=3, schedule="serial", tolerance=0.0)
+    sentence = next(s.copy() for s in train if 6 <= len(s.forms) <= 12)
+    result = shipped.tagger.tag([sentence], candidates=CandidateSettings(k=3, min_marginal=0.01), with_gold=True)[0]
+    gold = sentence.copy()
+    sentence.upos, sentence.xpos = list(result.upos), list(result.xpos)
+    cands = result.candidates
+    assert (cands.allowed.sum(axis=1) > 1).any()
+    slots = gold_slots(cands, gold.upos, gold.xpos)
+    gold_roles = np.array([labels.index(d) for d in gold.deprels])
+
+    def loss(out: np.ndarray, terms: list) -> float:
+        parser._scorer = None
+        graph = next(g for batch in parser.graph_batches([sentence], gold=True, link_features=False)
+                     for _, g, _ in batch)
+        assert graph.roles is not None
+        return joint_l2_gradient_terms(parser, sentence, graph, cands, gold.heads, slots, bp, out,
+                                       (gold_roles, terms))
+
+    grad, terms = np.zeros(len(parser.weights)), []
+    loss(grad, terms)
+    (ids, coef), = terms
+    rows, grad_rows = gradient_rows(ids, coef)
+    first = parser.extractor.dim
+    picked = [*np.argsort(-np.abs(grad[:first]))[:4], *(first + np.argsort(-np.abs(grad[first:]))[:4])]
+    assert min(abs(grad[j]) for j in picked) > 1e-4
+    w = parser.weights
+    for j in picked:
+        saved = w[j]
+        w[j] = saved + 1e-5
+        up = loss(np.zeros(len(w)), [])
+        w[j] = saved - 1e-5
+        down = loss(np.zeros(len(w)), [])
+        w[j] = saved
+        assert grad[j] == pytest.approx((up - down) / 2e-5, rel=1e-4, abs=1e-7)
+    v = roles.weights
+    top = np.argsort(-np.abs(grad_rows).max(axis=1))[:4]
+    for k in top:
+        for r in np.argsort(-np.abs(grad_rows[k]))[:3]:
+            saved = v[rows[k], r]
+            v[rows[k], r] = saved + 1e-5
+            up = loss(np.zeros(len(w)), [])
+            v[rows[k], r] = saved - 1e-5
+            down = loss(np.zeros(len(w)), [])
+            v[rows[k], r] = saved
+            assert grad_rows[k, r] == pytest.approx((up - down) / 2e-5, rel=1e-4, abs=1e-7)
+    assert np.abs(grad_rows[top]).max() > 1e-3
+
+
 def _head(path: Path, count: int, out: Path) -> Path:
     blocks = path.read_text(encoding="utf-8").split("\n\n")
     out.write_text("\n\n".join(blocks[:count]) + "\n\n", encoding="utf-8")
@@ -235,8 +292,8 @@ def test_train_joint_writes_a_joint_pipeline_that_evaluate_reads(ewt_dir: Path, 
 
 def test_train_joint_with_the_approximation_aware_objective(ewt_dir: Path, tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
-    """``train-joint --objective joint-l2`` end to end on 30 sentences: the run is recorded as such, and label-aware
-    links, which it cannot back-propagate through, are refused before any training."""
+    """``train-joint --objective joint-l2`` end to end on 30 sentences: the run is recorded as such; with
+    ``--labels-in-graph`` the role weights train through joint BP too and the written parser labels with them."""
     import json
 
     from engine.cli import main
@@ -252,8 +309,11 @@ def test_train_joint_with_the_approximation_aware_objective(ewt_dir: Path, tmp_p
     assert manifest["training"]["joint"]["objective"] == "joint-l2 (approximation-aware)"
     # chosen with, and parsed by default with, the BP iterations it was trained through
     assert manifest["inference"]["bp"]["iterations"] == 2 == summary["config"]["bp"]["max_iterations"]
-    assert main([*common, "--out", str(tmp_path / "roles"), "--labels-in-graph"]) == 2
-    assert "label-aware links" in capsys.readouterr().err and not (tmp_path / "roles").exists()
+    assert main([*common, "--out", str(tmp_path / "roles"), "--labels-in-graph"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["labels_in_graph"] is True and summary["config"]["objective"] == "joint-l2"
+    roles = Pipeline.load(tmp_path / "roles").parser.link_labels  # type: ignore[union-attr]
+    assert isinstance(roles, LinkLabels) and np.abs(roles.weights).max() > 0
 
 
 def test_train_joint_with_labels_in_the_graph(ewt_dir: Path, tmp_path: Path,

@@ -4,7 +4,10 @@ Against enumeration of every labelled tree (n <= 4 words, 3 labels): BP over LIN
 into LINK gives each link's belief and each (link, role) belief exactly; the surrogate gradient of the labelled
 tree's log-likelihood (links and roles) equals finite differences of the enumerated log-likelihood. The role
 model's features of any arc are the labeller's arc-local features of a tree holding that arc. A model trained with
-``--labels-in-graph`` saves, loads and labels with the same role model."""
+``--labels-in-graph`` saves, loads and labels with the same role model. Approximation-aware training (Gormley et
+al. 2015): the gradient of the L2 distance of the link and role beliefs after 1-3 BP iterations over LINK + TREE +
+GRAND + SIB, back-propagated through BP into the link, higher-order and role weights, equals central finite
+differences of that distance computed from BP's beliefs."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from engine.data.conllu_io import read_conllu
 from engine.decode.labeler import CountLabeler
 from engine.features.extract import FeatureExtractor
 from engine.features.labeler_features import DEFAULT_TEMPLATES, CompiledTemplates
+from engine.features.second_order import default_second_order
 from engine.features.templates import ArcTemplate
 from engine.inference.bp import BPConfig, run_bp
 from engine.kernels.brute_force import enumerate_trees
@@ -29,6 +33,7 @@ from engine.kernels.exact import TreeConstraint
 from engine.model.store import ModelError
 from engine.scoring.link_labels import LinkLabels, arc_local, gradient_rows
 from engine.scoring.potentials import arc_scores
+from engine.training.erma import bp_gradient_terms
 from engine.training.options import TrainOptionsError
 from engine.training.pipeline import TrainOptions, train_model
 from engine.training.surrogate import role_gradient_terms, surrogate_gradient_terms
@@ -157,6 +162,75 @@ def test_the_labelled_surrogate_gradient_passes_finite_differences(tree: str) ->
         assert checked == 3 * min(6, len(rows)) and role_loss > 0
 
 
+def _aware_distance(parser: BPParser, sentence: SimpleNamespace, bp: BPConfig) -> float:
+    """Gormley et al. eq. 12 over the links and their roles, restated from BP's beliefs: ``2 sum (b - y)^2`` over
+    the kept arcs plus ``2 sum_r (b p_r - y_r)^2`` over each kept arc's roles (y_r = 1 for the gold arc's gold
+    label)."""
+    graph = next(parser.graphs([sentence], gold=True))[1]
+    assert graph.roles is not None
+    b = run_bp(graph.families, graph.valid, bp).beliefs
+    n = len(sentence.forms)
+    y = np.zeros((n + 1, n + 1))
+    y[sentence.heads[1:], np.arange(1, n + 1)] = 1.0
+    links = math.fsum((2.0 * (b[graph.valid] - y[graph.valid]) ** 2).tolist())
+    roles = 0.0
+    for a, (h, m) in enumerate(zip(graph.roles.heads, graph.roles.deps, strict=True)):
+        for r in range(len(LABELS)):
+            target = float(sentence.heads[m] == h and sentence.deprels[m - 1] == LABELS[r])
+            roles += 2.0 * (b[h, m] * graph.roles.probs[a, r] - target) ** 2
+    return links + roles
+
+
+@pytest.mark.parametrize("iterations", [1, 3])
+@pytest.mark.parametrize("tree", ["nonprojective", "projective"])
+def test_the_approximation_aware_gradient_through_roles_passes_finite_differences(iterations: int,
+                                                                                  tree: str) -> None:
+    """``bp_gradient_terms(..., "l2", roles=...)``: every link and higher-order weight the sentence reads, and the
+    role weights of the rows it touches, against central differences of ``_aware_distance`` (loopy BP with GRAND
+    and SIB, serial, a fixed number of iterations)."""
+    rng = np.random.default_rng(iterations + 10 * (tree == "projective"))
+    second = 1 << 6
+    w = rng.normal(scale=0.5, size=DIM + second)
+    w[0] = 0.0
+    roles = LinkLabels(LABELS, rng.normal(scale=0.7, size=(BUCKETS, len(LABELS))))
+    roles.weights[0] = 0.0
+    templates = {f: tuple(default_second_order([f])) for f in ("grand", "sib")}
+    parser = BPParser(FeatureExtractor(TEMPLATES, DIM), w, TreeConstraint(tree, "single"), CountLabeler(),
+                      templates, link_labels=roles)
+    bp = BPConfig(max_iterations=iterations, schedule="serial", tolerance=0.0)
+    sentence = SENTENCES[1]
+    gold = np.array([LABELS.index(d) for d in sentence.deprels])
+    graph = next(parser.graphs([sentence], gold=True))[1]
+    assert graph.soft  # loops: GRAND and SIB factors beside TREE
+    terms: list = []
+    value, idx, val = bp_gradient_terms(graph, sentence.heads, bp, "l2", roles=(gold, terms))
+    assert value == pytest.approx(_aware_distance(parser, sentence, bp), rel=1e-12)
+    grad_w = np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=len(w))
+    grad_w[0] = 0.0
+    (ids, coef), = terms
+    rows, grad_rows = gradient_rows(ids, coef)
+    grad_v = np.zeros_like(roles.weights)
+    grad_v[rows] = grad_rows
+    eps = 1e-5
+
+    def central(array: np.ndarray, at: tuple[int, ...]) -> float:
+        saved = array[at]
+        array[at] = saved + eps
+        up = _aware_distance(parser, sentence, bp)
+        array[at] = saved - eps
+        down = _aware_distance(parser, sentence, bp)
+        array[at] = saved
+        return (up - down) / (2 * eps)
+
+    used = np.flatnonzero(grad_w)
+    assert (used >= DIM).any()  # higher-order weights are among them
+    fd_w = np.array([central(w, (int(f),)) for f in used])
+    np.testing.assert_allclose(grad_w[used], fd_w, rtol=1e-5, atol=1e-8)
+    fd_v = np.array([[central(roles.weights, (int(r), lab)) for lab in range(len(LABELS))] for r in rows])
+    assert np.abs(fd_v).max() > 1e-3  # the distance does depend on the role weights
+    np.testing.assert_allclose(grad_v[rows], fd_v, rtol=1e-5, atol=1e-8)
+
+
 def test_arc_features_are_the_labellers_on_a_tree_holding_the_arc() -> None:
     model = LinkLabels.new(LABELS, BUCKETS)
     compiled = CompiledTemplates(arc_local())
@@ -173,12 +247,17 @@ def test_arc_features_are_the_labellers_on_a_tree_holding_the_arc() -> None:
         LinkLabels(LABELS, np.zeros((BUCKETS, 3)), (("d.upos", "d.children"),))
 
 
-def test_a_model_with_labels_in_the_graph_trains_saves_loads_and_labels(tmp_path: Path) -> None:
+@pytest.mark.parametrize("objective", ["cll", "l2"])
+def test_a_model_with_labels_in_the_graph_trains_saves_loads_and_labels(tmp_path: Path, objective: str) -> None:
+    """Surrogate CLL and approximation-aware L2 alike: the written parser's roles are trained and label its trees."""
     data = tmp_path / "toy.conllu"
     data.write_text(TOY * 6, encoding="utf-8")
     out = tmp_path / "roles"
     summary = train_model(data, data, out, TrainOptions(order=2, labels_in_graph=True, epochs=2, dim=4099,
-                                                        second_dim=1031, components=("parser",)), progress=False)
+                                                        second_dim=1031, components=("parser",), objective=objective),
+                          progress=False)
+    assert json.loads((out / "manifest.json").read_text())["training"]["objective"] == (
+        "surrogate-cll" if objective == "cll" else "l2")
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["link_labels"]["labels"] == ["det", "nsubj", "punct", "root"]
     assert manifest["labeler"] == {"link_labels": True}
@@ -206,6 +285,9 @@ def test_a_model_with_labels_in_the_graph_trains_saves_loads_and_labels(tmp_path
         load_any(out)
     with pytest.raises(TrainOptionsError, match="labels_in_graph"):
         TrainOptions(order=1, labels_in_graph=True)
+    for refused in ("ar", "l2+ar"):  # the annealed risk reads heads only
+        with pytest.raises(TrainOptionsError, match="labels_in_graph"):
+            TrainOptions(order=2, labels_in_graph=True, objective=refused)
 
 
 def test_role_scores_of_float16_weights_read_as_stored_equal_the_widened_ones() -> None:
