@@ -25,12 +25,14 @@ from engine.bp_parser import BPParser, load_any
 from engine.model.store import ModelError, file_sha256, load_model
 from engine.parser import FirstOrderParser
 
-# manifest fields that decide what a weight means; models must agree on all of them
-_SAME = ("order", "tree", "features", "pruning", "hidden")
+# manifest fields that decide what a weight means; models must agree on all of them (``link_labels``: the role
+# model's labels, templates and rows, whose weights are averaged with the parser's)
+_SAME = ("order", "tree", "features", "pruning", "hidden", "link_labels")
 
 
 def average_parsers(directories: list[str | os.PathLike[str]]) -> FirstOrderParser | BPParser:
-    """The parser of ``directories[0]`` with the mean of all their weights; its manifest records the sources
+    """The parser of ``directories[0]`` with the mean of all their weights (and of their role weights, for
+    label-aware links); its manifest records the sources
     under ``training.averaged`` and drops ``metrics`` (they were measured for one source, not the mean).
     One directory: its parser as it is, training record kept (so that ``average --components-from`` can give
     a parser other components)."""
@@ -48,6 +50,10 @@ def average_parsers(directories: list[str | os.PathLike[str]]) -> FirstOrderPars
         parsers.append(parser)
     first = parsers[0]
     first.weights = np.mean([p.weights for p in parsers], axis=0)
+    roles = getattr(first, "link_labels", None)
+    if roles is not None:  # label-aware links: the role weights are averaged too (the same rows and labels)
+        roles.weights = np.mean([np.asarray(p.link_labels.weights, dtype=np.float64)  # type: ignore[union-attr]
+                                 for p in parsers], axis=0)
     sources = [_source(d, p.manifest) for d, p in zip(directories, parsers, strict=True)]
     first.manifest = {k: v for k, v in first.manifest.items() if k not in ("metrics", "training", "components")}
     first.manifest["training"] = {"averaged": sources, "method": "mean of the weights"}

@@ -290,6 +290,34 @@ def test_a_model_with_labels_in_the_graph_trains_saves_loads_and_labels(tmp_path
             TrainOptions(order=2, labels_in_graph=True, objective=refused)
 
 
+def test_averaging_label_aware_parsers_averages_their_role_weights(tmp_path: Path) -> None:
+    """``engine average`` of parsers with roles: the mean of the link weights and of the role weights (before, the
+    first model's roles stayed beside the mean links); a parser without roles is refused beside one with them."""
+    from engine.training.average import average_parsers
+
+    data = tmp_path / "toy.conllu"
+    data.write_text(TOY * 6, encoding="utf-8")
+    for name, roles in (("a", True), ("plain", False)):
+        train_model(data, data, tmp_path / name, TrainOptions(order=2, labels_in_graph=roles, epochs=1, dim=4099,
+                                                              second_dim=1031, components=("parser",)), progress=False)
+    other = load_any(tmp_path / "a")  # a second run of the recipe: other link and role weights, the same pruner
+    assert isinstance(other, BPParser) and other.link_labels is not None
+    rng = np.random.default_rng(0)
+    other.weights = np.asarray(other.weights, float) + rng.normal(scale=0.1, size=other.weights.shape)
+    other.link_labels.weights = other.link_labels.weights + rng.normal(scale=0.1, size=other.link_labels.weights.shape)
+    other.save(tmp_path / "b")
+    a, b = (load_any(tmp_path / name) for name in "ab")
+    assert isinstance(a, BPParser) and isinstance(b, BPParser) and a.link_labels and b.link_labels
+    roles_a, roles_b = (np.asarray(p.link_labels.weights, float) for p in (a, b))  # type: ignore[union-attr]
+    assert not np.array_equal(roles_a, roles_b)
+    mean = average_parsers([tmp_path / "a", tmp_path / "b"])
+    assert isinstance(mean, BPParser) and mean.link_labels is not None and mean.labeler is mean.link_labels
+    np.testing.assert_array_equal(mean.weights, (np.asarray(a.weights, float) + np.asarray(b.weights, float)) / 2)
+    np.testing.assert_array_equal(mean.link_labels.weights, (roles_a + roles_b) / 2)
+    with pytest.raises(ModelError, match="link_labels"):
+        average_parsers([tmp_path / "a", tmp_path / "plain"])
+
+
 def test_role_scores_of_float16_weights_read_as_stored_equal_the_widened_ones() -> None:
     """A loaded model's float16 role weights are summed as stored (their bits, ``kernel_table``), bit for bit
     what the float64 copy gives."""
