@@ -62,6 +62,7 @@ class TrainResult:
     skipped: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     config: dict[str, Any] = field(default_factory=dict)
+    roles: np.ndarray | None = None  # label-aware LINK factors: the chosen epoch's role weights (scoring.link_labels)
 
 
 def tree_nll(scores: np.ndarray, gold: np.ndarray, constraint: TreeConstraint) -> tuple[float, np.ndarray]:

@@ -302,7 +302,7 @@ def train_erma(parser: Any, train: Sequence[Any], config: ErmaConfig, bp: BPConf
     if roles is not None:
         roles.roles.weights = best[1]
     return TrainResult(best[0], best_epoch, history, interrupted, skipped, time.perf_counter() - start,
-                       {**asdict(config), "bp": asdict(bp)})
+                       {**asdict(config), "bp": asdict(bp)}, None if roles is None else best[1])
 
 
 def train_erma_exact(extractor: Any, constraint: TreeConstraint, train: Sequence[Any], config: ErmaConfig,

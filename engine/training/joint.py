@@ -204,4 +204,5 @@ def train_joint(
     return TrainResult(out.params[0], out.best_epoch, out.history, out.interrupted, skipped,
                        time.perf_counter() - start,
                        {**asdict(config), "bp": asdict(bp),
-                        "objective": "joint-surrogate-cll" if objective == "cll" else "joint-l2"})
+                        "objective": "joint-surrogate-cll" if objective == "cll" else "joint-l2"},
+                       None if roles is None else out.params[1])

@@ -163,9 +163,9 @@ class TrainOptions:
             raise TrainOptionsError("hidden_clusters > 1 needs the cll objective (surrogate CLL at order 2), with one "
                                     "seed (runs number their clusters arbitrarily, so their weights cannot be "
                                     "averaged) and no --cluster")
-        if self.labels_in_graph and (self.order != 2 or self.objective not in ("cll", "l2") or self.seeds > 1):
+        if self.labels_in_graph and (self.order != 2 or self.objective not in ("cll", "l2")):
             raise TrainOptionsError("labels_in_graph needs order 2 and the cll (surrogate CLL) or l2 "
-                                    "(approximation-aware) objective, with one seed")
+                                    "(approximation-aware) objective")
         if self.order == 2:  # first-order training ignores the factors
             unknown = sorted(set(self.factors) - set(FACTOR_FAMILIES))
             if unknown:

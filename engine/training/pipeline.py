@@ -282,6 +282,8 @@ def _train_second_order(first: FirstOrderParser, data: _Data, options: TrainOpti
 
     def run_second(seed: int, on_batch: Callable[[int, int], None]) -> Any:
         model.weights = warm_start.copy()  # every run starts from the pruner's weights
+        if model.link_labels is not None:  # ... and its roles from zero
+            model.link_labels.weights = np.zeros(model.link_labels.weights.shape)
         if options.objective == "cll":
             return train_surrogate(model, train, replace(_train_config(options), seed=seed), bp,
                                    dev_uas if dev else None, progress, on_batch)
@@ -291,6 +293,8 @@ def _train_second_order(first: FirstOrderParser, data: _Data, options: TrainOpti
 
     result, runs = train_seeds(run_second, seeds, report.batches("training"), tasks)
     model.weights = result.weights
+    if model.link_labels is not None and result.roles is not None:  # the runs' mean, as the weights
+        model.link_labels.weights = result.roles
     if options.objective == "cll":
         training: dict[str, Any] = {"objective": "surrogate-cll", "factors": families}
     else:

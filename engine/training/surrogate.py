@@ -212,4 +212,5 @@ def train_surrogate(
     if roles is not None:
         roles.roles.weights = out.params[1]
     return TrainResult(out.params[0], out.best_epoch, out.history, out.interrupted, skipped,
-                       time.perf_counter() - start, {**asdict(config), "bp": asdict(bp)})
+                       time.perf_counter() - start, {**asdict(config), "bp": asdict(bp)},
+                       None if roles is None else out.params[1])

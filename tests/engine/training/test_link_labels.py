@@ -290,6 +290,32 @@ def test_a_model_with_labels_in_the_graph_trains_saves_loads_and_labels(tmp_path
             TrainOptions(order=2, labels_in_graph=True, objective=refused)
 
 
+@pytest.mark.parametrize("objective", ["cll", "l2"])
+def test_seeds_average_the_role_weights_of_their_runs(tmp_path: Path, objective: str) -> None:
+    """``train --seeds 2 --labels-in-graph``: each run starts its roles from zero, and the model's role weights (as
+    its link weights) are the mean of the runs with seeds 3 and 4 trained alone on the same pruner."""
+    data = tmp_path / "toy.conllu"
+    data.write_text(TOY * 6, encoding="utf-8")
+    pruner = tmp_path / "pruner"
+    train_model(data, data, pruner, TrainOptions(order=1, epochs=2, dim=4099, components=("parser",)), progress=False)
+    base = {"order": 2, "labels_in_graph": True, "epochs": 2, "dim": 4099, "second_dim": 1031, "batch_size": 4,
+            "components": ("parser",), "objective": objective}
+    for seed in (3, 4):
+        train_model(data, data, tmp_path / f"s{seed}", TrainOptions(**base, seed=seed), pruner_path=pruner,
+                    progress=False)
+    train_model(data, data, tmp_path / "both", TrainOptions(**base, seed=3, seeds=2), pruner_path=pruner,
+                progress=False)
+    runs = [load_any(tmp_path / f"s{seed}") for seed in (3, 4)]
+    both = load_any(tmp_path / "both")
+    assert all(isinstance(p, BPParser) and p.link_labels is not None for p in [*runs, both])
+    roles = [np.asarray(p.link_labels.weights, float) for p in runs]  # type: ignore[union-attr]
+    assert not np.array_equal(roles[0], roles[1])  # the seeds do train differently
+    np.testing.assert_allclose(both.link_labels.weights, (roles[0] + roles[1]) / 2,  # type: ignore[union-attr]
+                               rtol=1e-6, atol=1e-7)  # stored as float32
+    np.testing.assert_allclose(both.weights, (np.asarray(runs[0].weights, float) + np.asarray(runs[1].weights, float))
+                               / 2, rtol=1e-6, atol=1e-7)
+
+
 def test_averaging_label_aware_parsers_averages_their_role_weights(tmp_path: Path) -> None:
     """``engine average`` of parsers with roles: the mean of the link weights and of the role weights (before, the
     first model's roles stayed beside the mean links); a parser without roles is refused beside one with them."""
