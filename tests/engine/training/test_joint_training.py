@@ -150,52 +150,19 @@ def test_training_raises_the_gold_trees_beliefs(shipped: Pipeline, train: list, 
     assert np.isfinite(out.weights).all()
 
 
-def test_the_l2_gradient_through_joint_bp_matches_finite_differences_in_the_weights(shipped: Pipeline,
-                                                                                    train: list) -> None:
+@pytest.mark.parametrize("with_roles", [False, True])
+def test_the_l2_gradient_through_joint_bp_matches_finite_differences_in_the_weights(shipped: Pipeline, train: list,
+                                                                                    with_roles: bool) -> None:
     """Approximation-aware training's gradient (``joint_l2_gradient_terms``: reverse mode through 3 iterations of
     joint BP, then the features of the TAGLINK pairs and of the higher-order factors) against central differences
-    of the loss in the weights it touches most, first-order (TAGLINK) and second-order (GRAND, SIB) alike."""
-    parser = _trainable(shipped)
-    bp = BPConfig(max_iterations=3, schedule="serial", tolerance=0.0)
-    sentence = next(s.copy() for s in train if 6 <= len(s.forms) <= 12)
-    result = shipped.tagger.tag([sentence], candidates=CandidateSettings(k=3, min_marginal=0.01), with_gold=True)[0]
-    gold = sentence.copy()
-    sentence.upos, sentence.xpos = list(result.upos), list(result.xpos)
-    cands = result.candidates
-    assert (cands.allowed.sum(axis=1) > 1).any()
-    slots = gold_slots(cands, gold.upos, gold.xpos)
-
-    def loss(out: np.ndarray) -> float:
-        parser._scorer = None
-        graph = next(g for batch in parser.graph_batches([sentence], gold=True, link_features=False)
-                     for _, g, _ in batch)
-        return joint_l2_gradient_terms(parser, sentence, graph, cands, gold.heads, slots, bp, out)
-
-    grad = np.zeros(len(parser.weights))
-    loss(grad)
-    first = parser.extractor.dim
-    picked = [*np.argsort(-np.abs(grad[:first]))[:4], *(first + np.argsort(-np.abs(grad[first:]))[:4])]
-    assert min(abs(grad[j]) for j in picked) > 1e-4
-    w = parser.weights
-    for j in picked:
-        saved = w[j]
-        w[j] = saved + 1e-5
-        up = loss(np.zeros(len(w)))
-        w[j] = saved - 1e-5
-        down = loss(np.zeros(len(w)))
-        w[j] = saved
-        assert grad[j] == pytest.approx((up - down) / 2e-5, rel=1e-4, abs=1e-7)
-
-
-def test_the_l2_gradient_through_joint_bp_and_roles_matches_finite_differences(shipped: Pipeline,
-                                                                               train: list) -> None:
-    """With label-aware LINK factors the role variables join the L2 (``role_l2``): the gradient in the link,
-    higher-order and role weights (directly and through every TAGLINK potential of an arc, 3 iterations of joint
-    BP) against central differences of the returned loss in the weights it touches most."""
+    of the loss in the weights it touches most, first-order (TAGLINK) and second-order (GRAND, SIB) alike. With
+    label-aware LINK factors the role variables join the L2 (``role_l2``), and the role weights' gradient (directly
+    and through every TAGLINK potential of an arc) is checked the same way."""
     parser = _trainable(shipped)
     labels = sorted({d for s in train for d in s.deprels})
     roles = LinkLabels(labels, np.random.default_rng(1).normal(scale=0.3, size=(1 << 10, len(labels))))
-    parser.link_labels = parser.labeler = roles  # type: ignore[attr-defined]
+    if with_roles:
+        parser.link_labels = parser.labeler = roles  # type: ignore[attr-defined]
     bp = BPConfig(max_iterations=3, schedule="serial", tolerance=0.0)
     sentence = next(s.copy() for s in train if 6 <= len(s.forms) <= 12)
     result = shipped.tagger.tag([sentence], candidates=CandidateSettings(k=3, min_marginal=0.01), with_gold=True)[0]
@@ -206,42 +173,40 @@ def test_the_l2_gradient_through_joint_bp_and_roles_matches_finite_differences(s
     slots = gold_slots(cands, gold.upos, gold.xpos)
     gold_roles = np.array([labels.index(d) for d in gold.deprels])
 
-    def loss(out: np.ndarray, terms: list) -> float:
+    def loss(out: np.ndarray, terms: list | None = None) -> float:
         parser._scorer = None
         graph = next(g for batch in parser.graph_batches([sentence], gold=True, link_features=False)
                      for _, g, _ in batch)
-        assert graph.roles is not None
+        assert (graph.roles is not None) == with_roles
         return joint_l2_gradient_terms(parser, sentence, graph, cands, gold.heads, slots, bp, out,
-                                       (gold_roles, terms))
+                                       (gold_roles, [] if terms is None else terms) if with_roles else None)
+
+    def central(array: np.ndarray, at: tuple[int, ...]) -> float:
+        saved = array[at]
+        array[at] = saved + 1e-5
+        up = loss(np.zeros(len(parser.weights)))
+        array[at] = saved - 1e-5
+        down = loss(np.zeros(len(parser.weights)))
+        array[at] = saved
+        return (up - down) / 2e-5
 
     grad, terms = np.zeros(len(parser.weights)), []
     loss(grad, terms)
-    (ids, coef), = terms
-    rows, grad_rows = gradient_rows(ids, coef)
     first = parser.extractor.dim
     picked = [*np.argsort(-np.abs(grad[:first]))[:4], *(first + np.argsort(-np.abs(grad[first:]))[:4])]
     assert min(abs(grad[j]) for j in picked) > 1e-4
-    w = parser.weights
     for j in picked:
-        saved = w[j]
-        w[j] = saved + 1e-5
-        up = loss(np.zeros(len(w)), [])
-        w[j] = saved - 1e-5
-        down = loss(np.zeros(len(w)), [])
-        w[j] = saved
-        assert grad[j] == pytest.approx((up - down) / 2e-5, rel=1e-4, abs=1e-7)
-    v = roles.weights
-    top = np.argsort(-np.abs(grad_rows).max(axis=1))[:4]
-    for k in top:
-        for r in np.argsort(-np.abs(grad_rows[k]))[:3]:
-            saved = v[rows[k], r]
-            v[rows[k], r] = saved + 1e-5
-            up = loss(np.zeros(len(w)), [])
-            v[rows[k], r] = saved - 1e-5
-            down = loss(np.zeros(len(w)), [])
-            v[rows[k], r] = saved
-            assert grad_rows[k, r] == pytest.approx((up - down) / 2e-5, rel=1e-4, abs=1e-7)
-    assert np.abs(grad_rows[top]).max() > 1e-3
+        assert grad[j] == pytest.approx(central(parser.weights, (int(j),)), rel=1e-4, abs=1e-7)
+    assert len(terms) == with_roles
+    if with_roles:
+        (ids, coef), = terms
+        rows, grad_rows = gradient_rows(ids, coef)
+        top = np.argsort(-np.abs(grad_rows).max(axis=1))[:4]
+        assert np.abs(grad_rows[top]).max() > 1e-3
+        for k in top:
+            for r in np.argsort(-np.abs(grad_rows[k]))[:3]:
+                assert grad_rows[k, r] == pytest.approx(central(roles.weights, (int(rows[k]), int(r))), rel=1e-4,
+                                                        abs=1e-7)
 
 
 def _head(path: Path, count: int, out: Path) -> Path:
