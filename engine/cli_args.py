@@ -76,9 +76,9 @@ def _add_train_joint(sub: argparse._SubParsersAction) -> None:
                    "weights, as `train --order 2` starts")
     p.add_argument("--objective", choices=list(train_options.JOINT_OBJECTIVES), default="joint", help="joint: "
                    "surrogate CLL under joint BP; joint-l2: approximation-aware training (Gormley et al. 2015), the "
-                   "L2 distance of the final link and tag beliefs to the gold back-propagated through the joint BP "
-                   "iterations; surrogate: the control, plain surrogate CLL on the same jackknifed 1-best tags, no "
-                   "tag variables")
+                   "L2 distance of the final link and tag beliefs (and role beliefs, with --labels-in-graph) to the "
+                   "gold back-propagated through the joint BP iterations; surrogate: the control, plain surrogate "
+                   "CLL on the same jackknifed 1-best tags, no tag variables")
     p.add_argument("--epochs", type=int, help="default 2 from the parser, 3 from the pruner")
     p.add_argument("--learning-rate", type=float, help="AdaGrad step size (default 0.01 from the parser, 0.05 from "
                    "the pruner)")

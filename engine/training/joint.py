@@ -22,7 +22,8 @@ in ``engine.training.surrogate``.
 
 ``objective="l2"`` trains the same weights approximation-aware instead (Gormley, Dredze & Eisner 2015): the L2
 distance of the final link and tag beliefs to the gold, back-propagated through the joint BP iterations
-(``joint_l2_gradient_terms``, ``engine.inference.joint_bp_backward``).
+(``joint_l2_gradient_terms``, ``engine.inference.joint_bp_backward``); with label-aware LINK factors the role
+beliefs join the distance (``engine.training.objectives.role_l2``).
 """
 
 from __future__ import annotations
