@@ -78,9 +78,16 @@ def _check_compatible(a_dir: str | os.PathLike[str], a: Any, b_dir: str | os.Pat
 
 
 def _source(directory: str | os.PathLike[str], manifest: dict[str, Any]) -> dict[str, Any]:
+    """What ``training.averaged`` records of one source. A source that is itself a mean keeps its own sources
+    (``averaged``, nested), and takes a training field from them where they all agree (else None)."""
     training = manifest.get("training", {})
     dev = manifest.get("metrics", {}).get("dev", {})
+    fields = ("train_file", "train_sha256", "dev_file", "seed", "best_epoch")
+    nested = training.get("averaged")
+    if nested:
+        shared = {k: nested[0].get(k) if all(s.get(k) == nested[0].get(k) for s in nested) else None for k in fields}
+    else:
+        shared = {k: training.get(k) for k in fields}
     return {"model": Path(directory).name, "name": manifest.get("name"),
             "weights_sha256": file_sha256(Path(directory) / manifest["arrays"]["weights"]["file"]),
-            **{k: training.get(k) for k in ("train_file", "train_sha256", "dev_file", "seed", "best_epoch")},
-            "dev_uas": dev.get("uas")}
+            **shared, "dev_uas": dev.get("uas"), **({"averaged": nested} if nested else {})}

@@ -288,6 +288,13 @@ def test_average_weights_of_parsers(trained: tuple[Path, Path, dict], tmp_path: 
     assert main(["evaluate", "--model", str(out), "--data", str(dev), "--tags", "predicted", "--json",
                  "--tag-samples", "0"]) == 0
     assert json.loads(capsys.readouterr().out)["tag_samples"] == 0
+    # a mean of means keeps its sources' own sources, and the training fields they all share
+    assert main(["average", "--models", str(out), str(tmp_path / "other"), "--out", str(tmp_path / "avg2")]) == 0
+    capsys.readouterr()
+    nested = json.loads((tmp_path / "avg2" / "manifest.json").read_text())["training"]["averaged"]
+    assert [s["model"] for s in nested[0]["averaged"]] == [model.name, "other"] and "averaged" not in nested[1]
+    assert nested[0]["train_file"] == nested[1]["train_file"] == "train.conllu"
+    assert nested[0]["train_sha256"] == nested[1]["train_sha256"] and len(nested[0]["train_sha256"]) == 64
     # k-best trees need one tagging: the model's default gives way, an explicit --tag-samples is refused
     assert main(["parse", "--model", str(out), "--text", "Dogs bark.", "--kbest", "2"]) == 0
     assert capsys.readouterr().out.count("# kbest_rank") == 2
