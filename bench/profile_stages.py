@@ -48,7 +48,7 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("first-order inference", "engine.parser", "exact_marginals"),
     ("BP", "engine.bp_parser", "infer_many"),
     ("joint: TAGLINK potentials, CHAIN", "engine.bp_parser.BPParser", "joint_graph"),
-    ("joint BP (links and tags)", "engine.bp_parser", "run_joint_bp_many"),
+    ("joint BP (links and tags)", "engine.joint_parsing", "run_joint_bp_many"),
     ("labelling", "engine.bp_parser", "label_many"),
     ("decoding", "engine.bp_parser.BPParser", "decode"),
     ("decoding", "engine.decode.tag_marginal", "mbr_decode"),

@@ -18,19 +18,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine.data.batching import length_batches
-from engine.decode.joint_tags import fixed_tags, set_tags
+from engine.decode.joint_tags import fixed_tags
 from engine.decode.labeler import label_arcs, label_many
 from engine.decode.tag_marginal import retagged
 from engine.features.extract import FeatureExtractor, Tokens
 from engine.features.second_order import TripleTemplate
 from engine.features.tag_mixture import TagMixture
 from engine.graph.build import SentenceGraph, build_graph
-from engine.graph.family import FactorFamily, all_arcs
-from engine.graph.tags import joint_factors
+from engine.graph.family import all_arcs
 from engine.inference.bp import BPConfig, BPResult
-from engine.inference.joint_bp import JointGraph, JointResult, run_joint_bp, run_joint_bp_many
 from engine.inference.relaxed import InferenceConfig, RelaxedResult, infer_many
 from engine.inference.settings import resolve
+from engine.joint_parsing import JOINT_PENDING, JointParsing, timed
 from engine.kernels.exact import TreeConstraint, exact_marginals
 from engine.kernels.mbr import mbr_decode
 from engine.model.store import ModelError, StoredModel, half_precision, load_model, read_manifest, save_model
@@ -44,13 +43,13 @@ from engine.scoring.link_labels import LinkLabels, arc_roles
 from engine.scoring.potentials import arc_scores
 from engine.scoring.pruning import PruneConfig, prune_arcs
 from engine.scoring.upos_triples import UposTable, upos_table
-from engine.text.tag_candidates import TagCandidates, first_candidates_are
+from engine.text.tag_candidates import TagCandidates
 
 Pruned = tuple[np.ndarray, np.ndarray]  # a sentence's pruner MBR heads (n+1,) and kept arcs (n+1, n+1) bool
 
 
 @dataclass
-class BPParser:
+class BPParser(JointParsing):
     """``weights[:extractor.dim]`` score first-order features, ``weights[extractor.dim:]`` the
     higher-order ones (a separate hashed block, so the two never collide). With ``clusters`` = K (latent edge
     clusters, Smith & Smith 2007 §5.1; ``engine.scoring.hidden``) the first ``K * extractor.dim`` weights are K
@@ -338,6 +337,8 @@ class BPParser:
         if candidates is not None and not isinstance(config, BPConfig):
             raise ValueError("joint tagging and parsing runs plain BP (inference bp), not relaxed or pruned BP")
         out: list[ParsedSentence | None] = [None] * len(sentences)
+        pending: list[tuple[int, SentenceGraph]] = []  # joint sentences of several batches, parsed together
+        size = 0
         for batch in self.graph_batches(sentences, batch_size=batch_size, mixtures=mixtures):
             start = time.perf_counter()
             cands = [None if candidates is None else candidates[i] for i, _, _ in batch]
@@ -350,18 +351,16 @@ class BPParser:
                 fixed = cands[k]
                 if fixed is not None:
                     fixed_tags(parsed, fixed)
-            if joint:
-                assert candidates is not None
-                together = self.parse_joint_many([sentences[batch[k][0]] for k in joint], [batch[k][1] for k in joint],
-                                                 [candidates[batch[k][0]] for k in joint], config,  # type: ignore[misc]
-                                                 link_is_one_best=mixtures is None)
-                for k, parsed in zip(joint, together, strict=True):
-                    out[batch[k][0]] = parsed
-            seconds = (time.perf_counter() - start) / len(batch)
-            for i, _, _ in batch:
-                diagnostics = out[i].diagnostics  # type: ignore[union-attr]
-                assert diagnostics is not None
-                diagnostics["inference_seconds"] = seconds
+            seconds = (time.perf_counter() - start) / max(len(alone), 1)
+            for k in alone:
+                timed(out[batch[k][0]], seconds)  # type: ignore[arg-type]
+            pending.extend((batch[k][0], batch[k][1]) for k in joint)
+            size += sum(batch[k][1].valid.size + sum(getattr(f, "size", 0) for f in batch[k][1].families)
+                        for k in joint)
+            if size > JOINT_PENDING:
+                self._parse_pending(sentences, pending, candidates, config, mixtures is None, out)
+                pending, size = [], 0
+        self._parse_pending(sentences, pending, candidates, config, mixtures is None, out)
         if labels and out:  # every sentence's labels in one pass (label_many), as decode would give them
             parsed_all = [p for p in out if p is not None]
             assert len(parsed_all) == len(sentences)
@@ -371,66 +370,6 @@ class BPParser:
                                                                   [p.heads for p in parsed_all]), strict=True):
                 p.deprels, p.label_probs = deprels, probs
         return out  # type: ignore[return-value]
-
-    def parse_joint(self, sentence: Tokens, graph: SentenceGraph, candidates: TagCandidates,
-                    config: InferenceConfig) -> ParsedSentence:
-        """One sentence parsed jointly with its tags (Smith & Eisner 2008 §3.4; ``engine.inference.joint_bp``):
-        ``graph`` (built under the sentence's 1-best tags) with LINK replaced by TAGLINK over the kept arcs
-        (``joint_graph``), plus TAG and CHAIN from the tagger's CRF restricted to the ``candidates``. The tree is
-        the MBR tree of the link beliefs (``decode``), the tags the MBR tags of the tag beliefs
-        (``engine.decode.joint_tags``); unlabelled (``parse`` labels under the chosen tags)."""
-        return self.parse_joint_many([sentence], [graph], [candidates], config)[0]
-
-    def parse_joint_many(self, sentences: Sequence[Tokens], graphs: Sequence[SentenceGraph],
-                         candidates: Sequence[TagCandidates], config: InferenceConfig,
-                         link_is_one_best: bool = False) -> list[ParsedSentence]:
-        """``parse_joint`` of each sentence, their joint BP runs stacked by length (``run_joint_bp_many``: each
-        result its sentence's alone, up to rounding); ``link_is_one_best`` as ``joint_graph``."""
-        if not isinstance(config, BPConfig):
-            raise ValueError("joint tagging and parsing runs plain BP (inference bp), not relaxed or pruned BP")
-        joint = [self.joint_graph(s, g, c, link_is_one_best)
-                 for s, g, c in zip(sentences, graphs, candidates, strict=True)]
-        out = []
-        for sentence, graph, cands, result in zip(sentences, graphs, candidates, run_joint_bp_many(joint, config),
-                                                  strict=True):
-            parsed = self.decode(sentence, graph, result.links, labels=False)
-            set_tags(parsed, result.tags, cands)
-            assert parsed.diagnostics is not None
-            parsed.diagnostics.update(method="bp-joint", tag_candidates=int(cands.allowed.sum()))
-            out.append(parsed)
-        return out
-
-    def joint_graph(self, sentence: Tokens, graph: SentenceGraph, candidates: TagCandidates,
-                    link_is_one_best: bool = False) -> JointGraph:
-        """``graph``'s families with LINK replaced by TAGLINK over its kept arcs, whose potentials are the
-        first-order weights' scores under each candidate pair of (head, dependent) (``ArcScorer.candidate_scores``:
-        the head's and the dependent's own UPOS/XPOS vary, the templates that read other words' tags, context and
-        in-between, read the 1-best tags), with CHAIN and the TAG emissions of the ``candidates``
-        (``engine.graph.tags.joint_factors``). The higher-order factors read the 1-best tags, as without joint
-        tags. ``link_is_one_best``: ``graph``'s LINK potentials are this model's first-order scores under the
-        sentence's tags (``graph_batches`` without tag mixtures); where those tags are every word's first
-        candidate, the arcs between two one-candidate words take them instead of being scored again."""
-        if self.clusters is not None:
-            raise ValueError("a model with latent edge clusters parses under given tags or tag samples, not with "
-                             "joint tags (TAGLINK scores one weight vector)")
-        heads, deps = np.nonzero(graph.valid)
-        lse = 0.0 if graph.roles is None else graph.roles.lse  # label-aware links: the roles, under the 1-best tags
-        one_best = None
-        if link_is_one_best and first_candidates_are(sentence, candidates.upos, candidates.xpos):
-            one_best = graph.link.theta[heads, deps] - lse  # the scores of the pair of first candidates
-        theta = self.arc_scorer().candidate_scores(sentence, candidates.upos, candidates.xpos, heads, deps, one_best)
-        if graph.roles is not None:
-            theta = theta + graph.roles.lse[:, None, None]
-        taglink, chain, emissions = joint_factors(graph.n, heads, deps, theta, candidates)
-        families = [f for f in graph.families if f is not graph.link]
-        return families, graph.valid, taglink, chain, emissions
-
-    def run_joint(self, sentence: Tokens, graph: SentenceGraph, candidates: TagCandidates,
-                  config: BPConfig) -> tuple[JointResult, list[FactorFamily]]:
-        """Joint BP on ``joint_graph`` (the joint trainer, ``engine.training.joint``, reads the same run): the
-        result and the link families it ran, in the order of ``result.links.incoming``."""
-        joint = self.joint_graph(sentence, graph, candidates)
-        return run_joint_bp(*joint, config), list(joint[0])
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None,

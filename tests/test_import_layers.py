@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("results",),  # ParsedSentence, TreeDistribution
     ("decode",),  # labellers, parsing over tag samples
     ("parser",),  # the first-order parser
+    ("joint_parsing",),  # the BP parser's joint tagging and parsing (its methods, inherited)
     ("bp_parser",),  # the BP parser
     ("pipeline",),  # tokenizer + tagger + parser + labeller
     ("evaluation",),  # UAS/LAS, calibration, CoNLL 2018 aligned F1

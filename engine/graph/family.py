@@ -198,6 +198,13 @@ class ArcFamily(FactorFamily):
         return flat
 
 
+def pad_arcs(valid: np.ndarray, size: int) -> np.ndarray:
+    """An (n+1, n+1) arc mask as (size+1, size+1): words n+1..size have no arc."""
+    out = np.zeros((size + 1, size + 1), dtype=bool)
+    out[:valid.shape[0], :valid.shape[1]] = valid
+    return out
+
+
 def all_arcs(n: int) -> np.ndarray:
     """(n+1, n+1) mask of every possible arc h -> m: no arc into ROOT, no self loop."""
     valid = np.ones((n + 1, n + 1), dtype=bool)

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engine.graph.family import FactorFamily, Messages
+from engine.graph.family import FactorFamily, Messages, pad_arcs
 from engine.kernels.logistic import expit
 
 _LOG1P_LIMIT = 700.0  # |theta| below which expm1(|theta|) cannot overflow: the log1p message kernel
@@ -132,6 +132,20 @@ class PairFamily(FactorFamily):
                 np.add(f._b, j * size, out=ab[total + start:total + end])
         out._joined(ab)
         out.bounds = bounds
+        return out
+
+    def widened(self, size: int) -> PairFamily:
+        """The same factors in a sentence of ``size`` >= n words (the flat arc indices of the larger grid; words
+        past n have no arc), to stack with longer sentences (``engine.inference.joint_bp``). O(F)."""
+        if size == self.n:
+            return self
+        if size < self.n or self.bounds is not None:
+            raise ValueError("only one sentence's family can be widened, to at least its own length")
+        out = object.__new__(PairFamily)
+        FactorFamily.__init__(out, size, pad_arcs(self.valid, size))
+        out.name, out._theta, out._bound, out._constants = self.name, self._theta, self._bound, self._constants
+        out._size = (size + 1) ** 2
+        out._index(self.ah * (size + 1) + self.am, self.bh * (size + 1) + self.bm)
         return out
 
     def sentences(self, keep: np.ndarray) -> FactorFamily:

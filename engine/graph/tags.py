@@ -88,6 +88,20 @@ class TagLink:
                                     for p in parts])
         return out
 
+    def widened(self, size: int) -> TagLink:
+        """The same factors in a sentence of ``size`` >= n words (``engine.inference.joint_bp``'s stacks of
+        several lengths): flat arcs of the larger grid; words past n are tag rows with slot 0 only, as ROOT."""
+        if size == self.n:
+            return self
+        if size < self.n or self.bounds is not None:
+            raise ValueError("only one sentence's TAGLINK factors can be widened, to at least its own length")
+        out = TagLink.__new__(TagLink)
+        out.n, out.heads, out.deps, out.theta, out.varying, out.bounds = (
+            size, self.heads, self.deps, self.theta, self.varying, None)
+        out.flat = self.heads * (size + 1) + self.deps
+        out.allowed = pad_rows(self.allowed, size + 1)
+        return out
+
     @property
     def size(self) -> int:
         return len(self.heads)
@@ -287,6 +301,26 @@ class TagChain:
         out.end = np.stack([pad_slots(p.end, g, -np.inf) for p in parts])
         return out
 
+    def widened(self, size: int) -> TagChain:
+        """This chain in a sentence of ``size`` >= n words (``engine.inference.joint_bp``'s stacks of several
+        lengths): the words past n are padding, one slot each (slot 0), and the chain runs through them with
+        potential 0; the step from word n to the first padding word carries ``end``, and the padding's own end
+        is 0. Every tagging of the real words keeps its log-potential (one padding tagging, of potential 0),
+        so the messages to the real words are the chain's own."""
+        if size == self.n:
+            return self
+        if size < self.n or self.count != 1 or not self.n:
+            raise ValueError("only one sentence's chain (of at least one word) can be widened, to its length or more")
+        g = self.allowed.shape[1]
+        n = self.n
+        steps = np.full((size - 1, g, g), -np.inf)
+        steps[:n - 1] = self.transitions
+        steps[n - 1, :, 0] = self.end  # word n -> the first padding word
+        steps[n:, 0, 0] = 0.0  # padding -> padding
+        end = np.full(g, -np.inf)
+        end[0] = 0.0
+        return TagChain(steps, self.start, end, pad_rows(self.allowed, size + 1))
+
     def propagate(self, incoming: np.ndarray) -> np.ndarray:
         """Messages (n, g) to ``T_1..T_n`` from incoming log-messages (n, g; ``-inf`` on padding); for a stack,
         (count n, g) to every sentence's words in order."""
@@ -327,6 +361,14 @@ def add_rows(out: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
     slower (3 against 16 us for 300 rows, 15-22 against 66-72 us for 3,000)."""
     if len(rows):
         _add_rows(out, np.ascontiguousarray(rows, dtype=np.int64), np.ascontiguousarray(values, dtype=np.float64))
+
+
+def pad_rows(allowed: np.ndarray, rows: int) -> np.ndarray:
+    """An ``allowed`` mask (n+1, g) grown to ``rows`` rows of padding words, which allow slot 0 only (as ROOT)."""
+    out = np.zeros((rows, allowed.shape[1]), dtype=bool)
+    out[:len(allowed)] = allowed
+    out[len(allowed):, 0] = True
+    return out
 
 
 def pad_slots(values: np.ndarray, width: int, fill: object) -> np.ndarray:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engine.graph.family import ArcFamily, FactorFamily, Messages
+from engine.graph.family import ArcFamily, FactorFamily, Messages, pad_arcs
 from engine.kernels.brute_force import is_projective
 from engine.kernels.eisner import eisner_marginals
 from engine.kernels.matrix_tree import (
@@ -68,8 +68,22 @@ class Tree(ArcFamily):
         self.name = "ptree" if projective else "tree"
         self._words = valid[:, 1:].copy()  # valid arcs into words 1..n, [h, m - 1], without self loops
         self._words.reshape(-1)[n::n + 1] = False
+        self.length = n  # the sentence's own words; fewer than n in a tree widened for a stack (``widened``)
 
     stackable = True
+
+    def widened(self, size: int) -> Tree:
+        """This factor inside a stack of sentences of ``size`` words (``engine.inference.joint_bp``): words
+        n+1..size are padding, with no arc into or out of them (no variable), which the batched Matrix-Tree
+        kernel gives an identity block (``matrix_tree_word_marginals_many``'s ``lengths``): the real words'
+        marginals are this factor's own. TREE only (Eisner's chart has no padding)."""
+        if size == self.n:
+            return self
+        if self.projective or size < self.n or self.length != self.n:
+            raise ValueError("only an unwidened TREE factor can be widened, to at least its own length")
+        out = Tree(size, pad_arcs(self.valid, size), projective=False, single_root=self.single_root)
+        out.length = self.n
+        return out
 
     @classmethod
     def stack(cls, parts: Sequence[FactorFamily]) -> FactorFamily:
@@ -78,7 +92,9 @@ class Tree(ArcFamily):
         if len(parts) == 1:
             return parts[0]
         trees: list[Tree] = list(parts)  # type: ignore[arg-type]
-        return _TreeStack.of(trees[0], np.stack([t.valid for t in trees]), np.stack([t._words for t in trees]))
+        lengths = np.array([t.length for t in trees])
+        return _TreeStack.of(trees[0], np.stack([t.valid for t in trees]), np.stack([t._words for t in trees]),
+                             None if (lengths == trees[0].n).all() else lengths)
 
     def marginals(self, incoming: Messages) -> tuple[float, np.ndarray]:
         """``(log Z, mu)`` of the tree distribution with edge weights exp(incoming log-odds)."""
@@ -92,8 +108,13 @@ class Tree(ArcFamily):
         """``mu`` of ``marginals`` without log Z."""
         if self.projective:
             return self.marginals(incoming)[1]
-        words = np.where(self._words, incoming[0][:, 1:], -np.inf)
-        return matrix_tree_word_marginals(words, single_root=self.single_root)
+        n = self.length  # a widened factor alone: its own words (the padding has no variable)
+        words = np.where(self._words[:n + 1, :n], incoming[0][:n + 1, 1:n + 1], -np.inf)
+        if n == self.n:
+            return matrix_tree_word_marginals(words, single_root=self.single_root)
+        mu = np.zeros(self.valid.shape)
+        mu[:n + 1, :n + 1] = matrix_tree_word_marginals(words, single_root=self.single_root)
+        return mu
 
     def propagate(self, incoming: Messages) -> Messages:
         mu = self.arc_marginals(incoming)
@@ -134,16 +155,18 @@ class Tree(ArcFamily):
 class _TreeStack(Tree):
     """``Tree.stack``: the tree factor of B sentences of one length; ``valid`` (B, n+1, n+1)."""
 
+    lengths: np.ndarray | None  # each sentence's own words where some are shorter than n (``Tree.widened``)
+
     @classmethod
-    def of(cls, like: Tree, valid: np.ndarray, words: np.ndarray) -> _TreeStack:
+    def of(cls, like: Tree, valid: np.ndarray, words: np.ndarray, lengths: np.ndarray | None = None) -> _TreeStack:
         out = object.__new__(cls)
         out._stacked(like.n, valid)
         out.projective, out.single_root, out.name = like.projective, like.single_root, like.name
-        out._words = words
+        out._words, out.lengths, out.length = words, lengths, like.n
         return out
 
     def sentences(self, keep: np.ndarray) -> FactorFamily:
-        return self.of(self, self.valid[keep], self._words[keep])
+        return self.of(self, self.valid[keep], self._words[keep], None if self.lengths is None else self.lengths[keep])
 
     def propagate_flat(self, incoming: np.ndarray) -> np.ndarray:
         r = incoming.reshape(self.valid.shape)
@@ -152,7 +175,7 @@ class _TreeStack(Tree):
             mu = np.stack([eisner_marginals(s, single_root=self.single_root)[1] for s in scores])
         else:
             words = np.where(self._words, r[:, :, 1:], -np.inf)
-            mu = matrix_tree_word_marginals_many(words, single_root=self.single_root)
+            mu = matrix_tree_word_marginals_many(words, single_root=self.single_root, lengths=self.lengths)
         logit = np.log(np.maximum(mu, _TINY) / np.maximum(_complement(mu), _TINY))
         return np.where(self.valid, logit - r, 0.0).reshape(-1)
 

@@ -29,9 +29,11 @@ from functools import cached_property
 
 import numpy as np
 
-from engine.graph.family import FactorFamily
+from engine.graph.family import ArcFamily, FactorFamily, pad_arcs
+from engine.graph.pairwise import PairFamily
 from engine.graph.tags import TagChain, TagLink, add_rows, normalised, pad_slots
-from engine.inference.bp import BPConfig, BPResult, stack_chunks, stack_graphs, stages
+from engine.graph.tree import Tree
+from engine.inference.bp import STACK_MESSAGES, BPConfig, BPResult, stack_chunks, stack_graphs, stages
 from engine.kernels.logistic import expit
 
 
@@ -168,27 +170,40 @@ class _State:
         return expit(self.b), np.where(self.allowed, np.exp(normalised(self.tags, self.allowed)), 0.0)
 
     def results(self, stopped: np.ndarray, tags: np.ndarray, widths: Sequence[int], iterations: int,
-                residual: np.ndarray, config: BPConfig) -> list[JointResult]:
+                residual: np.ndarray, config: BPConfig, lengths: Sequence[int] | None = None) -> list[JointResult]:
         """The results of the sentences ``stopped`` of the stack as they are now, each as ``run_joint_bp`` of
         that sentence alone returns it: ``tags`` the tag probabilities now, ``widths`` each sentence's own
-        number of slots (the stack's padding is cut off)."""
+        number of slots and ``lengths`` its own number of words (the stack's padding is cut off)."""
         rows = self.taglink.n + 1
         total = [f.gather_flat(self.b) - m for f, m in zip(self.families, self.packed, strict=True)]
         bounds = self.taglink.bounds
         out = []
         for j in stopped:
-            valid = self.valid if self.count == 1 else self.valid[j]
-            log_odds = np.where(valid, self.b.reshape(self.count, -1)[j].reshape(valid.shape), -np.inf)
+            own = rows if lengths is None else lengths[j] + 1
+            valid = (self.valid if self.count == 1 else self.valid[j])[:own, :own]
+            log_odds = np.where(valid, self.b.reshape(self.count, rows, rows)[j, :own, :own], -np.inf)
             one = np.array([j])
-            messages = [f.unpack_part(f.take(m, one)) for f, m in zip(self.families, self.packed, strict=True)]
-            incoming = [f.unpack_part(f.take(m, one)) for f, m in zip(self.families, total, strict=True)]
+            messages = [_cropped(f.unpack_part(f.take(m, one)), rows, own)
+                        for f, m in zip(self.families, self.packed, strict=True)]
+            incoming = [_cropped(f.unpack_part(f.take(m, one)), rows, own)
+                        for f, m in zip(self.families, total, strict=True)]
             links = BPResult(expit(log_odds), log_odds, messages, incoming, iterations,
                              bool(residual[j] < config.tolerance), float(residual[j]))
             g = widths[j]
             arcs = slice(None) if bounds is None else slice(bounds[j], bounds[j + 1])
-            out.append(JointResult(links, tags[j * rows:(j + 1) * rows, :g].copy(), self.taglink_beliefs(arcs, g)))
+            out.append(JointResult(links, tags[j * rows:j * rows + own, :g].copy(), self.taglink_beliefs(arcs, g)))
         return out
 
+
+def _cropped(messages: tuple[np.ndarray, ...], rows: int, own: int) -> tuple[np.ndarray, ...]:
+    """A widened sentence's messages as its own: per-arc arrays (rows, rows) cut to (own, own); per-factor
+    arrays as they are."""
+    if own == rows:
+        return messages
+    return tuple(m[:own, :own].copy() if m.shape == (rows, rows) else m for m in messages)
+
+
+SPREAD = 4  # words by which a stack's sentences may differ in length (``joint_chunks``; 0: one length)
 
 JointGraph = tuple[Sequence[FactorFamily], np.ndarray, TagLink, TagChain, np.ndarray]
 """One sentence's joint graph: its link families (TREE first, no LINK), valid-arc mask, TAGLINK, CHAIN and
@@ -203,7 +218,8 @@ def run_joint_bp(families: Sequence[FactorFamily], valid: np.ndarray, taglink: T
     return run_joint_bp_many([(families, valid, taglink, chain, emissions)], config)[0]
 
 
-def run_joint_bp_many(graphs: Sequence[JointGraph], config: BPConfig | None = None) -> list[JointResult]:
+def run_joint_bp_many(graphs: Sequence[JointGraph], config: BPConfig | None = None,
+                      spread: int = SPREAD) -> list[JointResult]:
     """``run_joint_bp`` on each of ``graphs``, in order: the sentences of one length with the same family
     classes run as one stack (``engine.inference.bp.stack_chunks``: every update one set of array operations
     for the whole stack), each stopping on its own test and reported as it was when it stopped, so each
@@ -213,21 +229,80 @@ def run_joint_bp_many(graphs: Sequence[JointGraph], config: BPConfig | None = No
     if config.damping or config.keep_tape:
         raise ValueError("joint BP over tags has no damping and no tape")
     results: list[JointResult | None] = [None] * len(graphs)
-    for chunk in stack_chunks([(g[0], g[1]) for g in graphs]):
-        parts = [graphs[j] for j in chunk]
+    for chunk, size in joint_chunks(graphs, spread):
+        parts = [widened(graphs[j], size) for j in chunk]
         families, valid = stack_graphs([(p[0], p[1]) for p in parts])
         width = max(p[4].shape[1] for p in parts)
         emissions = np.concatenate([pad_slots(p[4], width, -np.inf) for p in parts])
+        lengths = [graphs[j][1].shape[0] - 1 for j in chunk]
         run = _run(families, valid, TagLink.stack([p[2] for p in parts]), TagChain.stack([p[3] for p in parts]),
-                   emissions, [p[4].shape[1] for p in parts], config)
+                   emissions, [p[4].shape[1] for p in parts], config, lengths=lengths)
         for j, result in zip(chunk, run, strict=True):
             results[j] = result
     return results  # type: ignore[return-value]
 
 
+def joint_chunks(graphs: Sequence[JointGraph], spread: int = SPREAD,
+                 stack_messages: int = STACK_MESSAGES) -> list[tuple[list[int], int]]:
+    """Groups of ``graphs`` (indices) to run as one stack, each with the length its sentences are widened to:
+    ``stack_chunks``' groups of one length, except that graphs whose families can all be widened (``widened``)
+    join sentences up to ``spread`` words longer (and, past ``2 spread`` words, up to half as long again) of
+    the same family classes, at most about ``stack_messages`` messages (arcs plus factors, counted at the
+    widened length) per group. A stack's cost is mostly numpy's per-call overhead, which a group pays once."""
+    chunks: list[tuple[list[int], int]] = []
+    keyed: dict[tuple[object, ...], list[int]] = {}
+    fixed: list[int] = []
+    for j, graph in enumerate(graphs):
+        if spread and all(_widens(f) for f in graph[0]):
+            keyed.setdefault(tuple((type(f), f.name) for f in graph[0]), []).append(j)
+        else:
+            fixed.append(j)
+    for members in keyed.values():
+        members.sort(key=lambda j: graphs[j][1].shape[0])
+        chunk: list[int] = []
+        per_arcs = 0
+        for j in members:
+            n = graphs[j][1].shape[0] - 1
+            arcs = sum(getattr(f, "size", 0) for f in graphs[j][0] if not isinstance(f, ArcFamily))
+            if chunk:
+                first = graphs[chunk[0]][1].shape[0] - 1
+                if n - first <= max(spread, first // 2) and per_arcs + arcs + (len(chunk) + 1) * (n + 1) ** 2 \
+                        <= stack_messages:
+                    chunk.append(j)
+                    per_arcs += arcs
+                    continue
+                chunks.append((chunk, graphs[chunk[-1]][1].shape[0] - 1))
+            chunk, per_arcs = [j], arcs
+        if chunk:
+            chunks.append((chunk, graphs[chunk[-1]][1].shape[0] - 1))
+    sub = [graphs[j] for j in fixed]
+    for group in stack_chunks([(g[0], g[1]) for g in sub], stack_messages=stack_messages):
+        chunks.append(([fixed[i] for i in group], sub[group[0]][1].shape[0] - 1))
+    return chunks
+
+
+def _widens(family: FactorFamily) -> bool:
+    """Whether a family can join a stack of longer sentences (``widened``): TREE (not PTREE) and pairwise."""
+    return (isinstance(family, Tree) and not family.projective) or isinstance(family, PairFamily)
+
+
+def widened(graph: JointGraph, size: int) -> JointGraph:
+    """A sentence's joint graph inside a stack of sentences of ``size`` words: every factor widened (the words
+    past its own are padding, with no link variable and one tag slot, as ROOT's), the TAG emissions of the
+    padding 0 on that slot. Each factor's messages to the real variables are its own (``Tree.widened``,
+    ``TagChain.widened``), so BP on the stack is BP on the sentence."""
+    families, valid, taglink, chain, emissions = graph
+    if valid.shape[0] == size + 1:
+        return graph
+    pad = np.full((size + 1 - len(emissions), emissions.shape[1]), -np.inf)
+    pad[:, 0] = 0.0
+    return ([f.widened(size) for f in families], pad_arcs(valid, size),  # type: ignore[attr-defined]
+            taglink.widened(size), chain.widened(size), np.vstack([emissions, pad]))
+
+
 def _run(families: Sequence[FactorFamily], valid: np.ndarray, taglink: TagLink, chain: TagChain,
          emissions: np.ndarray, widths: Sequence[int], config: BPConfig,
-         tape: list[Update] | None = None) -> list[JointResult]:
+         tape: list[Update] | None = None, lengths: Sequence[int] | None = None) -> list[JointResult]:
     """BP on one stack (or one sentence); the module docstring's schedule and stopping rule per sentence.
     ``tape``: a list that receives every update (one sentence, ``engine.inference.joint_bp_backward``)."""
     state = _State(families, valid, taglink, chain, emissions, config.clip, tape)
@@ -249,7 +324,7 @@ def _run(families: Sequence[FactorFamily], valid: np.ndarray, taglink: TagLink, 
         stop = running & ((residual < config.tolerance) | (iteration == config.max_iterations))
         if stop.any():
             stopped = np.flatnonzero(stop)
-            for j, result in zip(stopped, state.results(stopped, tags, widths, iteration, residual, config),
+            for j, result in zip(stopped, state.results(stopped, tags, widths, iteration, residual, config, lengths),
                                  strict=True):
                 out[j] = result
             running &= ~stop

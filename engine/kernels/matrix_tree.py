@@ -196,15 +196,24 @@ def _solve_one(s: np.ndarray, single_root: bool) -> tuple[np.ndarray, np.ndarray
     return marg, shift, u
 
 
-def _solve_many(s: np.ndarray, single_root: bool) -> tuple[np.ndarray, np.ndarray]:
+def _solve_many(s: np.ndarray, single_root: bool, lengths: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``_solve_one`` for a stack of sentences of one length: word columns ``s`` (B, n+1, n) -> (word marginals
     (B, n+1, n), ok (B,)), with one ``np.linalg.inv`` for the stack and no log Z. Only the reciprocal
     condition number is tested: above ``_MIN_RCOND`` the LU determinant is accurate to many digits, so
     its sign is the true one (positive: det K is a sum of tree weights), which ``_lu_one`` tests
-    separately. Raises ``np.linalg.LinAlgError`` if some K is exactly singular."""
+    separately. Raises ``np.linalg.LinAlgError`` if some K is exactly singular. ``lengths`` (B,): sentence b has
+    only its first ``lengths[b]`` words, the rest are padding with no allowed arc (``-inf`` columns and rows);
+    their block of K is the identity, so K is block-diagonal and the words' marginals are the sentence's own."""
     shift = np.maximum.reduce(s, axis=1)[:, None, :]
+    pad = None
+    if lengths is not None:
+        pad = np.arange(s.shape[-1]) >= np.asarray(lengths)[:, None]  # (B, n): padding columns
+        shift = np.where(pad[:, None, :], 0.0, shift)
     a = np.exp(s - shift)
     k = laplacian(a, single_root)
+    if pad is not None:
+        at, word = np.nonzero(pad)
+        k[at, word, word] = 1.0  # the rest of a padding row and column is 0 already
     g = np.linalg.inv(k.transpose(0, 2, 1))  # (K^T)^-1 = d log det K / d K
     rcond = 1.0 / (np.abs(k).sum(axis=1).max(axis=1) * np.abs(g).sum(axis=2).max(axis=1))
     ok = rcond > _MIN_RCOND  # also False for NaN
@@ -215,18 +224,22 @@ def _solve_many(s: np.ndarray, single_root: bool) -> tuple[np.ndarray, np.ndarra
     return out, ok
 
 
-def matrix_tree_word_marginals_many(words: np.ndarray, *, single_root: bool) -> np.ndarray:
+def matrix_tree_word_marginals_many(words: np.ndarray, *, single_root: bool,
+                                    lengths: np.ndarray | None = None) -> np.ndarray:
     """``matrix_tree_word_marginals`` for a stack of sentences of one length: ``words`` (B, n+1, n) ->
     marginals (B, n+1, n + 1). One batched inverse for the stack; a sentence whose LU path cannot be
-    trusted takes ``matrix_tree_word_marginals`` (and its fallback) alone."""
+    trusted takes ``matrix_tree_word_marginals`` (and its fallback) alone. ``lengths`` (B,): shorter
+    sentences padded to n words (``_solve_many``); their padding rows and columns of the marginals are 0."""
     try:
-        cols, ok = _solve_many(words, single_root)
+        cols, ok = _solve_many(words, single_root, lengths)
     except np.linalg.LinAlgError:  # some K exactly singular: each sentence alone
         cols, ok = np.zeros(words.shape), np.zeros(len(words), dtype=bool)
     marg = np.zeros((*words.shape[:2], words.shape[1]))
     marg[:, :, 1:] = cols
     for b in np.flatnonzero(~ok):
-        marg[b] = matrix_tree_word_marginals(words[b], single_root=single_root)
+        n = words.shape[-1] if lengths is None else int(lengths[b])
+        marg[b] = 0.0
+        marg[b, :n + 1, :n + 1] = matrix_tree_word_marginals(words[b, :n + 1, :n], single_root=single_root)
     return marg
 
 

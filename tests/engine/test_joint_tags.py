@@ -107,6 +107,35 @@ def test_joint_parse_has_trees_and_tags_among_the_candidates(shipped: Pipeline, 
         assert p.diagnostics["method"] == "bp-joint"
 
 
+def test_joint_sentences_of_several_lengths_run_in_shared_stacks(shipped: Pipeline, dev: list,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """``parse`` keeps the joint sentences of its length batches and runs their joint BP together, so a stack can
+    hold sentences of nearby lengths (``joint_chunks``); each parse is the sentence's own, as parsed alone."""
+    import engine.joint_parsing as joint_parsing
+    from engine.inference.joint_bp import joint_chunks
+
+    inputs, cands = _tagged(shipped, dev, CandidateSettings(k=3, min_marginal=0.001))
+    calls, stacks = [], []
+    real = joint_parsing.run_joint_bp_many
+
+    def spy(graphs, config):  # type: ignore[no-untyped-def]
+        calls.append(len(graphs))
+        stacks.extend({graphs[j][1].shape[0] - 1 for j in chunk} for chunk, _ in joint_chunks(graphs))
+        return real(graphs, config)
+
+    monkeypatch.setattr(joint_parsing, "run_joint_bp_many", spy)
+    together = shipped.parser.parse(inputs, candidates=cands)
+    assert len(calls) == 1 and len({len(s.forms) for s in inputs}) > 10  # one joint BP call for every length
+    assert any(len(lengths) > 1 for lengths in stacks)  # and stacks of several lengths
+    monkeypatch.setattr(joint_parsing, "run_joint_bp_many", real)
+    for i in range(0, len(inputs), 7):
+        alone = shipped.parser.parse([inputs[i]], candidates=[cands[i]])[0]
+        assert alone.heads.tolist() == together[i].heads.tolist() and alone.deprels == together[i].deprels
+        np.testing.assert_allclose(alone.marginals, together[i].marginals, rtol=0, atol=1e-9)
+        if alone.upos_probs is not None:
+            np.testing.assert_allclose(alone.upos_probs, together[i].upos_probs, rtol=0, atol=1e-9)
+
+
 def test_cli_evaluate_joint(ewt_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "dev.conllu"
     blocks = (ewt_dir / "en_ewt-ud-dev.conllu").read_text(encoding="utf-8").split("\n\n")[:15]

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from engine.graph.family import all_arcs
-from engine.graph.pairwise import PairFamily, grand_arcs
+from engine.graph.pairwise import PairFamily, grand_arcs, sib_arcs
 from engine.graph.tags import TagChain, TagLink
 from engine.graph.tree import Tree
 from engine.inference.bp import BPConfig
-from engine.inference.joint_bp import JointGraph, JointResult, run_joint_bp, run_joint_bp_many
+from engine.inference.joint_bp import JointGraph, JointResult, joint_chunks, run_joint_bp, run_joint_bp_many
 
 
 def _graph(n: int, counts: list[int], rng: np.random.Generator, prune: float = 0.3) -> JointGraph:
@@ -96,3 +96,49 @@ def test_a_stack_has_no_single_sentence_potential() -> None:
         taglink.log_potential(np.zeros((4, 4), dtype=bool), np.zeros(4, dtype=int))
     with pytest.raises(ValueError, match="not a stack"):
         chain.log_potential(np.zeros(4, dtype=int))
+
+
+def _graph_sib(n: int, counts: list[int], rng: np.random.Generator, single_root: bool) -> JointGraph:
+    """``_graph`` with SIB beside GRAND and either root mode."""
+    families, valid, taglink, chain, emissions = _graph(n, counts, rng)
+    arcs = sib_arcs(n, valid)
+    tree = Tree(n, valid, projective=False, single_root=single_root)
+    return [tree, families[1], PairFamily(n, valid, arcs, rng.normal(size=len(arcs[0])), "sib")], valid, taglink, \
+        chain, emissions
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sentences_of_several_lengths_share_a_stack(seed: int, single_root: bool) -> None:
+    """Lengths 1 to 14 in one call: ``joint_chunks`` puts sentences of different lengths into one stack (each
+    widened: padding words without links, one tag slot), and every sentence still gets its own run."""
+    rng = np.random.default_rng(seed)
+    lengths = [9, 1, 3, 2, 12, 4, 5, 14, 7, 6, 10, 2]
+    graphs = [_graph_sib(n, list(rng.integers(1, 4, size=n)), rng, single_root) for n in lengths]
+    chunks = joint_chunks(graphs)
+    mixed = [(chunk, size) for chunk, size in chunks if len({lengths[j] for j in chunk}) > 1]
+    assert mixed and all(size == max(lengths[j] for j in chunk) for chunk, size in chunks)
+    assert sorted(j for chunk, _ in chunks for j in chunk) == list(range(len(graphs)))
+    assert all(len({lengths[j] for j in chunk}) == 1 for chunk, _ in joint_chunks(graphs, spread=0))
+    config = BPConfig(max_iterations=12, tolerance=1e-4)
+    alone = [run_joint_bp(*g, config) for g in graphs]
+    for got, want in zip(run_joint_bp_many(graphs, config), alone, strict=True):
+        _assert_same(got, want)
+
+
+def test_a_widened_chain_sends_the_real_words_their_own_messages() -> None:
+    """CHAIN through padding words (slot 0, potential 0, ``end`` on the step into the padding): the messages
+    to the real words equal the chain's own, bit for bit, and its log-potential of a tagging is unchanged."""
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 6):
+        g = 3
+        allowed = np.ones((n + 1, g), dtype=bool)
+        chain = TagChain(rng.normal(size=(n - 1, g, g)), rng.normal(size=g), rng.normal(size=g), allowed)
+        wide = chain.widened(n + 4)
+        incoming = rng.normal(size=(n, g))
+        padding = np.where(np.arange(g) == 0, 0.0, -np.inf)[None].repeat(4, axis=0)
+        own = chain.propagate(incoming)
+        np.testing.assert_array_equal(wide.propagate(np.vstack([incoming, padding]))[:n], own)
+        slots = np.concatenate([[0], rng.integers(0, g, size=n)])
+        assert wide.log_potential(np.concatenate([slots, np.zeros(4, dtype=int)])) == pytest.approx(
+            chain.log_potential(slots), abs=1e-12)

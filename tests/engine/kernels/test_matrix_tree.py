@@ -10,11 +10,13 @@ from trees import score_matrices
 
 from engine.kernels.brute_force import brute_force
 from engine.kernels.matrix_tree import (
+    _solve_many,
     _solve_one,
     _word_scores,
     matrix_tree_log_partition,
     matrix_tree_marginals,
     matrix_tree_word_marginals,
+    matrix_tree_word_marginals_many,
 )
 from engine.kernels.tree_elimination import eliminate_log_partition, eliminate_marginals
 
@@ -103,6 +105,33 @@ def test_single_sentence_path_equals_the_batch_path(single_root: bool) -> None:
         assert log_z == pytest.approx(batch_z[0], rel=1e-14 if trusted else 0.0)
         np.testing.assert_allclose(marg, batch_m[0], rtol=0.0, atol=1e-12 if trusted else 0.0)
         np.testing.assert_array_equal(matrix_tree_word_marginals(_word_scores(scores), single_root=single_root), marg)
+
+
+@pytest.mark.parametrize("single_root", ROOT_MODES)
+def test_a_stack_of_several_lengths_gives_each_sentence_its_marginals(single_root: bool) -> None:
+    """Shorter sentences padded to the stack's length (``lengths``): the padding words have no arc, their
+    block of K is the identity, and each sentence's marginals are its own (zero on the padding), including a
+    sentence whose LU result cannot be trusted (it takes the fallback on its own words)."""
+    rng = np.random.default_rng(23)
+    size = 60
+    lengths = np.array([1, 4, 9, 33, 60, 60])
+    words = np.full((len(lengths), size + 1, size), -np.inf)
+    alone = []
+    for b, (n, scale) in enumerate(zip(lengths, (1.0, 2.0, 3.0, 5.0, 5.0, 1e3), strict=True)):
+        scores = rng.normal(scale=scale, size=(n + 1, n + 1))
+        scores[rng.random((n + 1, n + 1)) < 0.2] = -np.inf
+        scores[0, 1:] = rng.normal(size=n)  # every word keeps a head
+        own = _word_scores(scores)
+        words[b, :n + 1, :n] = own
+        alone.append(matrix_tree_word_marginals(own, single_root=single_root))
+    assert _solve_one(_word_scores(np.pad(words[-1], ((0, 0), (1, 0)), constant_values=-np.inf)),
+                      single_root) is None  # the last sentence is the fallback's
+    assert _solve_many(words[:5], single_root, lengths[:5])[1].all()  # the others are the stack's
+    marg = matrix_tree_word_marginals_many(words, single_root=single_root, lengths=lengths)
+    assert np.isfinite(marg).all()
+    for b, n in enumerate(lengths):
+        np.testing.assert_allclose(marg[b, :n + 1, :n + 1], alone[b], rtol=0.0, atol=1e-12)
+        assert not marg[b, n + 1:].any() and not marg[b, :, n + 1:].any()
 
 
 @pytest.mark.parametrize("single_root", ROOT_MODES)
