@@ -132,6 +132,11 @@ class TrainOptions:
                                  "labeler folds run as its tasks (the same model), a single first-order CLL run "
                                  "data-parallel; needs the cluster extra (docs/results/cluster.md)", metavar="SPEC",
                                  job=False)
+    parameter_mixing: bool = option(False, "with --cluster: a first-order CLL run by iterative parameter mixing "
+                                    "(McDonald, Hall & Mann 2010) instead of exact data parallelism: each worker "
+                                    "trains an epoch on its shard of the sentences and the weights are averaged "
+                                    "once per epoch; faster on a slow network or few cores, other weights than "
+                                    "one process's (docs/results/cluster.md)", job=False)
     tag_samples: int = option(0, "the model's default number of tag samples (inference.tag_samples) for parse, "
                               "evaluate and the service: marginals of words it tags averaged over this many tag "
                               "sequences from its tagger as well as the best one (needs the tagger; the dev "
@@ -155,6 +160,8 @@ class TrainOptions:
                                     "labeller trains on tags drawn by the jackknife's fold taggers)")
         if self.cluster is not None and not CLUSTER_SPEC.fullmatch(self.cluster):
             raise TrainOptionsError(f"cluster must be local:N or tcp://HOST:PORT, got {self.cluster!r}")
+        if self.parameter_mixing and self.cluster is None:
+            raise TrainOptionsError("parameter_mixing needs --cluster (the workers that train the shards)")
         if len(self.anneal) != 2:
             raise TrainOptionsError(f"anneal must be two temperatures > 0 (start, end), got {self.anneal!r}")
         if self.objective == "l2+ar" and self.epochs < 2:

@@ -47,6 +47,7 @@ from engine.text.treebank_text import raw_text
 from engine.training.cll import TrainConfig, forget_shared, train_cll
 from engine.training.cluster import connect
 from engine.training.erma import ErmaConfig, train_erma, train_erma_exact
+from engine.training.mixing import train_mixed
 from engine.training.morphology import MORPHOLOGY_COMPONENTS, train_morphology
 from engine.training.objectives import AnnealSchedule
 from engine.training.options import TrainOptions, TrainOptionsError  # declared there; imported from here too
@@ -215,11 +216,14 @@ def _train_first_order(data: _Data, options: TrainOptions, labeler: CountLabeler
         if not cll:  # loss-aware training with exact inference (§4)
             return train_erma_exact(extractor, constraint, train, replace(erma_config(options), seed=seed),
                                     dev_uas_first if dev else None, progress, on_batch)
-        return train_cll(extractor, constraint, train, replace(_train_config(options), seed=seed) if order == 1
-                         else TrainConfig(epochs=8, batch_size=options.batch_size, learning_rate=0.2,
-                                          l2=options.l2, seed=seed),
-                         dev_uas_first if dev else None, progress, on_batch, client, clusters,
-                         shared=features if client is None else None)
+        config = (replace(_train_config(options), seed=seed) if order == 1
+                  else TrainConfig(epochs=8, batch_size=options.batch_size, learning_rate=0.2, l2=options.l2,
+                                   seed=seed))
+        if client is not None and options.parameter_mixing:  # one exchange per epoch (engine.training.mixing)
+            return train_mixed(extractor, constraint, train, config, client, dev_uas_first if dev else None, progress,
+                               on_batch)
+        return train_cll(extractor, constraint, train, config, dev_uas_first if dev else None, progress, on_batch,
+                         client, clusters, shared=features if client is None else None)
 
     # latent edge clusters (engine.scoring.hidden): the parser's weights become (K, dim); none for a pruner
     clusters = options.hidden_clusters if order == 1 and options.hidden_clusters > 1 else None
