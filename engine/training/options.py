@@ -160,8 +160,11 @@ class TrainOptions:
                                     "labeller trains on tags drawn by the jackknife's fold taggers)")
         if self.cluster is not None and not CLUSTER_SPEC.fullmatch(self.cluster):
             raise TrainOptionsError(f"cluster must be local:N or tcp://HOST:PORT, got {self.cluster!r}")
-        if self.parameter_mixing and self.cluster is None:
-            raise TrainOptionsError("parameter_mixing needs --cluster (the workers that train the shards)")
+        if self.parameter_mixing and (self.cluster is None or self.seeds > 1
+                                      or (self.order == 1 and self.objective != "cll")):
+            raise TrainOptionsError("parameter_mixing needs --cluster (the workers that train the shards) and trains "
+                                    "one first-order CLL run: not with --seeds N > 1 (the seeds run as tasks) nor "
+                                    "an approximation-aware first-order objective")
         if len(self.anneal) != 2:
             raise TrainOptionsError(f"anneal must be two temperatures > 0 (start, end), got {self.anneal!r}")
         if self.objective == "l2+ar" and self.epochs < 2:

@@ -135,7 +135,11 @@ def test_a_worker_lost_between_epochs_changes_nothing(ewt_dir: Path) -> None:
 def test_parameter_mixing_needs_a_cluster() -> None:
     with pytest.raises(TrainOptionsError, match="needs --cluster"):
         TrainOptions(parameter_mixing=True)
+    for other in ({"seeds": 2}, {"objective": "l2"}):  # seeds as tasks; not CLL
+        with pytest.raises(TrainOptionsError, match="one first-order CLL run"):
+            TrainOptions(parameter_mixing=True, cluster="local:2", **other)
     assert TrainOptions(parameter_mixing=True, cluster="local:2").parameter_mixing
+    assert TrainOptions(parameter_mixing=True, cluster="local:2", order=2, objective="l2").parameter_mixing  # pruner
     fx = FeatureExtractor(tuple(default_first_order()), 1 << 10)
     with pytest.raises(ValueError, match="needs a cluster"):
         train_mixed(fx, CONSTRAINT, [], TrainConfig(epochs=1), None, progress=False)
