@@ -21,10 +21,10 @@ its share of the objective, ``sum_{i in S_k} loss_i + mu_k (l2 / 2) |w|^2``.
 A shard's epoch is a function of its sentences and the driver's (w^(t-1), G_k, batch order) alone: the driver
 draws every shard's order from one generator seeded by ``config.seed`` and keeps the sums, so a shard whose worker
 is lost has its features extracted again from the sentences in its task and its epoch run elsewhere with the same
-inputs, giving the same weights (tested for a worker killed between epochs; one killed during an epoch relies on
-Dask rescheduling the running task). On a cluster of one worker the weights are one process's bit for bit
-(tested). Traffic per epoch and worker: w and G_k out, w_k, mean_k and G_k back (five
-float64 arrays of the hashed dimension, 160 MB at 2^22), against two per mini-batch for exact data parallelism.
+inputs, giving the same weights (tested for a worker killed between epochs and during one: Dask reschedules the
+running task). On a cluster of one worker the weights are one process's bit for bit (tested). Traffic per epoch
+and worker: w and G_k out, w_k, mean_k and G_k back (five float64 arrays of the hashed dimension, 160 MB at 2^22),
+against two per mini-batch for exact data parallelism.
 """
 
 from __future__ import annotations

@@ -132,6 +132,45 @@ def test_a_worker_lost_between_epochs_changes_nothing(ewt_dir: Path) -> None:
     assert [h["nll"] for h in lost.history] == [h["nll"] for h in calm.history]
 
 
+@pytest.mark.slow
+def test_a_worker_lost_during_an_epoch_changes_nothing(ewt_dir: Path) -> None:
+    """A worker SIGKILLed while it runs its shard's epoch: Dask reschedules the task (and extracts the lost shard's
+    features again), and the run's weights are bit for bit those of a run without the loss. The kill waits for the
+    scheduler to report an epoch task in progress (each takes about a second here), not for a fixed time."""
+    import threading
+    import time
+
+    train = _data(ewt_dir, 400)
+    fx = FeatureExtractor(tuple(default_first_order()), 1 << 20)
+    config = TrainConfig(epochs=2, batch_size=8)
+    killed: list[str] = []
+    stop = threading.Event()
+    with _cluster(2) as client:
+        calm = train_mixed(fx, CONSTRAINT, train, config, client, progress=False)
+
+        def kill_a_running_epoch() -> None:
+            deadline = time.monotonic() + 300
+            while not stop.is_set() and time.monotonic() < deadline:
+                running = [w for w, keys in client.processing().items()
+                           if any(str(k).startswith("shard_epoch") for k in keys)]
+                if running:
+                    os.kill(client.run(os.getpid, workers=[running[0]])[running[0]], signal.SIGKILL)
+                    killed.append(running[0])
+                    return
+                stop.wait(0.005)  # the scheduler's state, polled until an epoch runs
+
+        killer = threading.Thread(target=kill_a_running_epoch)
+        killer.start()
+        try:
+            lost = train_mixed(fx, CONSTRAINT, train, config, client, progress=False)
+        finally:
+            stop.set()
+            killer.join()
+    assert killed
+    assert np.array_equal(lost.weights, calm.weights)
+    assert [h["nll"] for h in lost.history] == [h["nll"] for h in calm.history]
+
+
 def test_parameter_mixing_needs_a_cluster() -> None:
     with pytest.raises(TrainOptionsError, match="needs --cluster"):
         TrainOptions(parameter_mixing=True)
