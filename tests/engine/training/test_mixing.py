@@ -1,6 +1,6 @@
 """First-order CLL by iterative parameter mixing on a Dask ``LocalCluster`` (``engine.training.mixing``): one worker
 gives one process's weights bit for bit, two workers give the mix of their shards' epochs as the module defines it,
-a worker lost between epochs changes nothing, and the option needs a cluster."""
+a worker lost between epochs or during one changes nothing, and the option needs a cluster and one run."""
 
 from __future__ import annotations
 
