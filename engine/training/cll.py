@@ -124,11 +124,13 @@ def prepare_batches(
 ) -> list[TrainingBatch]:
     """Extract features once for all training sentences, grouped in equal-length batches."""
     groups = length_batches([len(s.forms) for s in sentences], batch_size)
-    out = []
-    for idx in tqdm(groups, desc="features", unit="batch", disable=not progress):
-        chosen = [sentences[i] for i in idx]
-        out.append(TrainingBatch(arc_features(extractor, chosen), np.stack([s.heads for s in chosen])))
-    return out
+    return [training_batch(extractor, [sentences[i] for i in idx])
+            for idx in tqdm(groups, desc="features", unit="batch", disable=not progress)]
+
+
+def training_batch(extractor: FeatureExtractor, sentences: Sequence[Any]) -> TrainingBatch:
+    """One mini-batch of equal-length training sentences: their arcs' features and gold heads."""
+    return TrainingBatch(arc_features(extractor, sentences), np.stack([s.heads for s in sentences]))
 
 
 # The training batches' features of the latest ``train_cll(..., shared=KEY)`` in this process (a Dask worker's too):

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
@@ -40,8 +41,14 @@ import numpy as np
 from engine.data.batching import length_batches
 from engine.features.extract import FeatureExtractor
 from engine.kernels.exact import TreeConstraint
-from engine.scoring.kept_features import arc_features
-from engine.training.cll import TrainConfig, TrainingBatch, TrainResult, cll_objective, usable_trees
+from engine.training.cll import (
+    TrainConfig,
+    TrainingBatch,
+    TrainResult,
+    cll_objective,
+    training_batch,
+    usable_trees,
+)
 from engine.training.cluster import require_connected
 from engine.training.loop import EpochLoop, dev_or_loss
 from engine.training.optim import AdaGrad
@@ -60,12 +67,8 @@ def shard_batches(extractor: FeatureExtractor, sentences: Sequence[Any], sizes: 
                   ) -> list[TrainingBatch]:
     """A shard's training batches, extracted on its worker (a Dask task, kept there): ``sentences`` are its batches'
     sentences one batch after the other, ``sizes`` how many each batch has (the features of ``prepare_batches``)."""
-    out, start = [], 0
-    for size in sizes:
-        chosen = sentences[start:start + size]
-        out.append(TrainingBatch(arc_features(extractor, chosen), np.stack([s.heads for s in chosen])))
-        start += size
-    return out
+    ends = np.cumsum(sizes)
+    return [training_batch(extractor, sentences[end - size:end]) for size, end in zip(sizes, ends, strict=True)]
 
 
 def shard_epoch(batches: Sequence[TrainingBatch], weights: np.ndarray, sums: np.ndarray, order: Sequence[int],
@@ -91,6 +94,15 @@ def shard_epoch(batches: Sequence[TrainingBatch], weights: np.ndarray, sums: np.
     return w, mean, opt.g2, nll
 
 
+@contextmanager
+def _large_arguments() -> Iterator[None]:
+    """Dask's warning about large task arguments silenced: the sentences, weights and sums travel inside the tasks
+    on purpose (not scattered), so that Dask can run a lost shard's tasks again from them."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Ll]arge.*")
+        yield
+
+
 def train_mixed(extractor: FeatureExtractor, constraint: TreeConstraint, train: Sequence[Any], config: TrainConfig,
                 client: Any, dev_score: Callable[[np.ndarray], float] | None = None, progress: bool = True,
                 on_batch: Callable[[int, int], None] | None = None) -> TrainResult:
@@ -112,18 +124,10 @@ def train_mixed(extractor: FeatureExtractor, constraint: TreeConstraint, train: 
     share = [sum(len(g) for g in part) / n_total for part in shards]
     counts = [len(part) for part in shards]
     require_connected(client)
-    # the sentences travel inside each task (not scattered), so Dask can extract a lost shard's features again
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Ll]arge.*")
+    with _large_arguments():
         features = [client.submit(shard_batches, extractor, [kept[i] for g in part for i in g],
                                   [len(g) for g in part], workers=[worker], allow_other_workers=True, pure=False)
                     for part, worker in zip(shards, workers, strict=False)]
-    try:
-        distributed.wait(features)  # extracted before the first epoch starts (its seconds are the epoch's own)
-    except BaseException:
-        for f in features:
-            f.cancel()
-        raise
     rng = np.random.default_rng(config.seed)
     current = np.zeros(extractor.dim)  # the mixed final weights w^(t): each epoch starts from them
     scored = np.zeros(extractor.dim)  # the mixed mean iterates: the epoch's model
@@ -135,8 +139,7 @@ def train_mixed(extractor: FeatureExtractor, constraint: TreeConstraint, train: 
     def epoch(_: int) -> float:
         orders = [[int(b) for b in rng.permutation(c)] for c in counts]  # one generator, shard after shard
         require_connected(client)
-        with warnings.catch_warnings():  # the weights and sums travel in the task (a rerun needs them)
-            warnings.filterwarnings("ignore", message=".*[Ll]arge.*")
+        with _large_arguments():
             pending[:] = [client.submit(shard_epoch, batches, current.copy(), sums[k], orders[k], constraint, config,
                                         n_total, pure=False, workers=[workers[k]], allow_other_workers=True)
                           for k, batches in enumerate(features)]
@@ -153,6 +156,7 @@ def train_mixed(extractor: FeatureExtractor, constraint: TreeConstraint, train: 
         return nll
 
     try:
+        distributed.wait(features)  # extracted before the first epoch starts (its seconds are the epoch's own)
         loop.run(config.epochs, lambda: [0], epoch, dev_or_loss(dev_score, "nll"), loss_key="nll",
                  per=max(n_total, 1))
     finally:
